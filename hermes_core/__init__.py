@@ -1,0 +1,1 @@
+"""hermes_core: the Hermes agent library (no Prefect import here)."""

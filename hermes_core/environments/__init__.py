@@ -1,0 +1,101 @@
+"""Per-prompt sandboxes behind one small protocol, chosen by name and imported lazily.
+
+Every backend implements :class:`Environment`; none inherits from it. Backends:
+``local`` (a fresh temporary directory per prompt, plain subprocesses),
+and later ``docker``, ``singularity`` and ``modal``.
+
+Examples:
+    >>> with create_environment("local") as env:
+    ...     env.execute("echo hi").output
+    'hi\\n'
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from hermes_core.exceptions import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """Outcome of one command.
+
+    Attributes:
+        returncode: exit status; 124 when the command timed out.
+        output: merged stdout and stderr, decoded as UTF-8 (invalid bytes replaced),
+            bounded by the backend's output limit.
+        truncated: True when output was cut to the bound.
+        timed_out: True when the command was killed at its timeout.
+    """
+
+    returncode: int
+    output: str
+    truncated: bool = False
+    timed_out: bool = False
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """The sandbox of one prompt.
+
+    ``cwd`` is the absolute working directory inside the environment. Relative
+    paths given to :meth:`read_file` / :meth:`write_file` are relative to it.
+    Teardown is :meth:`close`, in every backend; using the environment as a
+    context manager calls :meth:`start` and, always, :meth:`close`.
+    """
+
+    cwd: str
+
+    def start(self) -> None:
+        """Create the sandbox. Raises SandboxError when it cannot be created."""
+
+    def execute(self, command: str, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` with ``sh -c`` in ``cwd`` (default: the environment's cwd).
+
+        Timeout in seconds (None = the backend default); on timeout the whole
+        process tree is killed and returncode is 124. Raises SandboxError when
+        the sandbox itself is broken, never for a failing command.
+        """
+
+    def read_file(self, path: str) -> bytes:
+        """Return the file's bytes. Raises FileNotFoundError, IsADirectoryError, PermissionError."""
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path``, creating parent directories."""
+
+    def close(self, interrupted: bool = False) -> None:
+        """Tear down: kill every process and remove what the sandbox created. Idempotent."""
+
+    def __enter__(self) -> Environment: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+# name -> "module:Class"; modules are imported only when chosen.
+BACKENDS: dict[str, str] = {
+    "local": "hermes_core.environments.local:LocalEnvironment",
+}
+
+
+def create_environment(backend: str, **kwargs: Any) -> Environment:
+    """Build (not start) the environment of one prompt.
+
+    Args:
+        backend: a key of :data:`BACKENDS`.
+        **kwargs: passed to the backend's constructor (``cwd``, ``image``, ``settings`` ...).
+
+    Raises:
+        ConfigError: unknown backend name (the message lists the choices).
+    """
+    try:
+        target = BACKENDS[backend]
+    except KeyError:
+        raise ConfigError(f"unknown terminal backend {backend!r}; choose one of {', '.join(sorted(BACKENDS))}") from None
+    module_name, _, class_name = target.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)(**kwargs)
+
+
+__all__ = ["BACKENDS", "Environment", "ExecResult", "create_environment"]

@@ -1,0 +1,85 @@
+"""Typed endings of an agent run and the errors hermes_core raises.
+
+Two families:
+
+* :class:`AgentStop` ends the agent loop *with* a trajectory: the turn limit
+  (``completed=False``), an output cut by length or repeated tool-call errors
+  (``partial=True``). The loop catches the base class in one place.
+* Every other :class:`HermesError` fails the prompt: provider errors after
+  retries (:class:`ModelError`), a broken sandbox (:class:`SandboxError`), the
+  per-prompt deadline (:class:`PromptTimeout`) and bad configuration
+  (:class:`ConfigError`).
+
+:class:`ToolError` is the one error that goes back to the model: it becomes an
+error tool result (``{"error": ...}``) and counts in ``tool_error_counts``.
+"""
+
+from __future__ import annotations
+
+
+class HermesError(Exception):
+    """Root of every error raised by hermes_core."""
+
+
+class ConfigError(HermesError, ValueError):
+    """Invalid configuration: unknown distribution, toolset, backend or option."""
+
+
+class ToolError(HermesError):
+    """A tool call the model got wrong or that the tool reports as failed.
+
+    The message is sent back to the model as ``{"error": message}``.
+    """
+
+
+class SandboxError(HermesError):
+    """The prompt's environment could not be created or broke (not a failing command)."""
+
+
+class ModelError(HermesError):
+    """The model API failed after retries, or refused the request (non-retryable 4xx).
+
+    Attributes:
+        status_code: HTTP status of the last response, or None (timeout, connection).
+        retryable: True when the error kind is transient (429, 5xx, timeout,
+            connection) and a later attempt of the whole prompt may succeed.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status_code = status_code
+        self.retryable = retryable
+
+
+class PromptTimeout(HermesError):
+    """The per-prompt wall-clock deadline passed (checked between turns and bounding tool timeouts)."""
+
+
+class AgentStop(HermesError):
+    """Base of the endings that still produce a trajectory row.
+
+    Attributes:
+        completed: value of the row's ``completed`` field.
+        partial: value of the row's ``partial`` field.
+    """
+
+    completed: bool = True
+    partial: bool = False
+
+
+class TurnLimitReached(AgentStop):
+    """``max_turns`` model calls were made and the model still wanted tools."""
+
+    completed = False
+
+
+class OutputTruncated(AgentStop):
+    """The model's output was cut by the length limit (``finish_reason == "length"``)."""
+
+    partial = True
+
+
+class RepeatedToolErrors(AgentStop):
+    """Three consecutive turns with unknown tools or invalid JSON arguments."""
+
+    partial = True
