@@ -1,0 +1,355 @@
+"""The deterministic "model" of the mock server: from a Chat Completions request to a response body.
+
+Everything here is a pure function of the request, the options and the
+conversation's request counter; the only other input is ``time.time()`` in
+``created``. Tool choice follows a fixed plan over the offered tools (terminal
+command, write a file, read it back, search), falling back to arguments
+generated from the offered tool's JSON schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_core.mockllm._options import MockOptions, strip_directives
+
+UNKNOWN_TOOL_NAME = "hallucinated_tool"
+SOLUTION_PATH = "solution.py"
+
+
+def message_text(content: Any) -> str:
+    """Text of a message ``content``: a string, or the ``text`` of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return "" if content is None else str(content)
+
+
+def first_user_content(messages: list[Any]) -> Any:
+    """``content`` of the first ``user`` message, or ``""`` when there is none."""
+    for msg in messages:
+        if isinstance(msg, dict) and msg.get("role") == "user":
+            return msg.get("content", "")
+    return ""
+
+
+def conversation_key(messages: list[Any]) -> str:
+    """First 16 hex chars of the sha256 of the first user message content (JSON of it when not a string)."""
+    content = first_user_content(messages)
+    raw = content if isinstance(content, str) else json.dumps(content, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:16]
+
+
+def assistant_turns(messages: list[Any]) -> int:
+    """Number of assistant messages in ``messages``: the 0-based turn number of the next answer."""
+    return sum(1 for msg in messages if isinstance(msg, dict) and msg.get("role") == "assistant")
+
+
+def unit_hash(seed: int, key: str, salt: str) -> float:
+    """A seeded, deterministic number in [0, 1) for conversation ``key``."""
+    digest = hashlib.sha256(f"{salt}:{seed}:{key}".encode()).hexdigest()
+    return int(digest[:16], 16) / 2**64
+
+
+def prompt_words(text: str, limit: int = 6) -> str:
+    """A few alphanumeric words of the prompt (directives removed): safe inside a double-quoted shell string."""
+    words = re.findall(r"[A-Za-z0-9]+", strip_directives(text))
+    return " ".join(words[:limit]) or "hello"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the request says about the conversation so far."""
+
+    words: str
+    turn: int
+    tool_results: int
+    last_tool_result: str | None
+
+
+def read_turn(messages: list[Any]) -> Turn:
+    """Summarise the request's ``messages`` for answering it."""
+    last = None
+    count = 0
+    for msg in messages:
+        if isinstance(msg, dict) and msg.get("role") == "tool":
+            count += 1
+            last = message_text(msg.get("content"))
+    return Turn(
+        words=prompt_words(message_text(first_user_content(messages))),
+        turn=assistant_turns(messages),
+        tool_results=count,
+        last_tool_result=last,
+    )
+
+
+# ----------------------------------------------------------------------------- tool arguments
+
+
+def _slug(words: str) -> str:
+    return "-".join(words.lower().split()) or "page"
+
+
+def _string_for(name: str, words: str) -> str:
+    lname = name.lower()
+    if "url" in lname:
+        return f"https://example.com/{_slug(words)}"
+    if lname in ("path", "file_path", "filename", "file"):
+        return SOLUTION_PATH
+    if lname in ("workdir", "directory", "dir", "cwd"):
+        return "."
+    if lname == "command":
+        return f'echo "{words}"'
+    if lname == "ref":
+        return "@e1"
+    if lname == "key":
+        return "Enter"
+    if lname == "session_id":
+        return "proc_000000000000"
+    if lname in ("pattern", "regex", "glob"):
+        return words.split()[0]
+    return words
+
+
+def schema_value(name: str, schema: dict[str, Any], words: str, depth: int = 0) -> Any:
+    """A sensible value for the parameter ``name`` of JSON schema ``schema``."""
+    if not isinstance(schema, dict):
+        return words
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    for combo in ("anyOf", "oneOf", "allOf"):
+        if schema.get(combo):
+            return schema_value(name, schema[combo][0], words, depth)
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "string":
+        return _string_for(name, words)
+    if kind in ("integer", "number"):
+        value = schema.get("minimum", 1)
+        if "maximum" in schema:
+            value = min(value, schema["maximum"])
+        return int(value) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        singular = name[:-1] if name.endswith("s") else name
+        count = max(1, int(schema.get("minItems", 1)))
+        return [schema_value(singular, schema.get("items", {}), words, depth + 1) for _ in range(count)]
+    if kind == "object":
+        return schema_arguments(schema, words, depth + 1) if depth < 4 else {}
+    return None
+
+
+def schema_arguments(parameters: dict[str, Any], words: str, depth: int = 0) -> dict[str, Any]:
+    """Arguments for a tool with JSON-schema ``parameters``: a value for every required property."""
+    props = parameters.get("properties") or {}
+    required = parameters.get("required") or []
+    return {name: schema_value(name, props.get(name, {}), words, depth) for name in required}
+
+
+def _solution_source(words: str) -> str:
+    return f'words = "{words}"\nprint(words.upper())\nprint(len(words.split()), "words")\n'
+
+
+def _planned(step: int, offered: dict[str, dict[str, Any]], words: str) -> tuple[str, dict[str, Any]] | None:
+    """The plan's call for ``step`` among the terminal/file tools offered, or None."""
+    phase = step % 4
+    candidates: list[tuple[str, dict[str, Any]]] = []
+    if phase == 0:
+        candidates = [
+            ("terminal", {"command": f'ls -la && echo "{words}"'}),
+            ("write_file", {"path": SOLUTION_PATH, "content": _solution_source(words)}),
+        ]
+    elif phase == 1:
+        candidates = [
+            ("write_file", {"path": SOLUTION_PATH, "content": _solution_source(words)}),
+            ("terminal", {"command": 'python3 -c "print(6*7)"'}),
+        ]
+    elif phase == 2:
+        if "write_file" in offered:
+            candidates.append(("read_file", {"path": SOLUTION_PATH}))
+        candidates.append(("terminal", {"command": "uname -a"}))
+    else:
+        candidates = [
+            ("search_files", {"pattern": "print", "path": "."}),
+            ("terminal", {"command": "pwd && ls"}),
+        ]
+    for name, args in candidates:
+        if name in offered:
+            return name, {**schema_arguments(offered[name], words), **args}
+    return None
+
+
+def plan_call(step: int, offered: dict[str, dict[str, Any]], words: str) -> tuple[str, dict[str, Any]]:
+    """Tool name and arguments of plan step ``step`` (``offered``: tool name -> JSON schema, non-empty)."""
+    planned = _planned(step, offered, words)
+    if planned is not None:
+        return planned
+    names = list(offered)
+    name = names[step % len(names)]
+    return name, schema_arguments(offered[name], words)
+
+
+def offered_tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Tool name -> parameters schema of the request's function tools, honouring ``tool_choice``."""
+    offered: dict[str, dict[str, Any]] = {}
+    for entry in body.get("tools") or []:
+        fn = entry.get("function") if isinstance(entry, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            params = fn.get("parameters")
+            offered[fn["name"]] = params if isinstance(params, dict) else {}
+    choice = body.get("tool_choice")
+    if choice == "none":
+        return {}
+    if isinstance(choice, dict):
+        chosen = (choice.get("function") or {}).get("name")
+        if chosen in offered:
+            return {chosen: offered[chosen]}
+    return offered
+
+
+# ----------------------------------------------------------------------------- response
+
+
+def _first_line(result: str) -> str:
+    text = result
+    try:
+        parsed = json.loads(result)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        for field in ("output", "content", "error", "analysis", "response"):
+            if isinstance(parsed.get(field), str) and parsed[field].strip():
+                text = parsed[field]
+                break
+        else:
+            text = json.dumps(parsed, ensure_ascii=False)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return (line[:157] + "...") if len(line) > 160 else (line or "(empty)")
+
+
+def _message_chars(messages: list[Any]) -> int:
+    total = 0
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        total += len(message_text(msg.get("content")))
+        for call in msg.get("tool_calls") or []:
+            fn = (call.get("function") or {}) if isinstance(call, dict) else {}
+            total += len(str(fn.get("name", ""))) + len(str(fn.get("arguments", "")))
+    return total
+
+
+def _with_reasoning(message: dict[str, Any], reasoning: str, options: MockOptions) -> None:
+    if options.no_reasoning:
+        return
+    style = options.reasoning
+    if style == "field":
+        message["reasoning"] = reasoning
+    elif style == "reasoning_content":
+        message["reasoning_content"] = reasoning
+    elif style == "details":
+        message["reasoning_details"] = [{"type": "reasoning.text", "text": reasoning}]
+    else:
+        tag = "think" if style == "think" else "REASONING_SCRATCHPAD"
+        message["content"] = f"<{tag}>\n{reasoning}\n</{tag}>\n{message['content'] or ''}"
+
+
+def completion(
+    body: dict[str, Any], options: MockOptions, key: str, request_number: int, model: str
+) -> dict[str, Any]:
+    """The ``chat.completion`` body answering ``body`` (a Chat Completions request).
+
+    Args:
+        body: the request JSON (``messages`` a list).
+        options: merged model-id options and prompt directives.
+        key: conversation key.
+        request_number: 0-based index of this request within its conversation.
+        model: the requested model id, echoed.
+    """
+    messages = body.get("messages") or []
+    turn = read_turn(messages)
+    k = turn.turn
+    offered = offered_tools(body)
+    wants_tools = bool(offered) and (
+        options.loop or body.get("tool_choice") == "required" or k < options.turns
+    )
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    out_chars = 0
+    if wants_tools:
+        calls = []
+        for i in range(options.parallel):
+            name, args = plan_call(k * options.parallel + i, offered, turn.words)
+            arguments = json.dumps(args, ensure_ascii=False)
+            if k < options.unknown_tool:
+                name = UNKNOWN_TOOL_NAME
+                while name in offered:
+                    name += "_x"
+            if k < options.bad_args:
+                arguments = arguments[:-1]  # truncated: invalid JSON
+            calls.append(
+                {
+                    "id": f"call_{k}_{i}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
+            out_chars += len(name) + len(arguments)
+        names = ", ".join(dict.fromkeys(c["function"]["name"] for c in calls))
+        message["content"] = f"Calling {names}."
+        message["tool_calls"] = calls
+        reasoning = f'Turn {k}: the task is about "{turn.words}". Next I call {names} to make progress.'
+        finish_reason = "tool_calls"
+    else:
+        if turn.last_tool_result is not None:
+            content = (
+                f'Done with "{turn.words}" after {turn.tool_results} tool result(s). '
+                f"The last one said: {_first_line(turn.last_tool_result)}"
+            )
+            reasoning = f"I have {turn.tool_results} tool result(s); that is enough to answer."
+        else:
+            content = f'Answer to "{turn.words}": this is the mock model\'s deterministic reply.'
+            reasoning = f'The user asks about "{turn.words}"; I can answer directly without tools.'
+        finish_reason = "stop"
+        if options.length:
+            content = content[: max(1, len(content) // 2)]
+            finish_reason = "length"
+        message["content"] = content
+    _with_reasoning(message, reasoning, options)
+    out_chars += len(message["content"] or "")
+    reasoning_tokens = 0 if options.no_reasoning else max(1, len(reasoning) // 4)
+    if not options.no_reasoning and options.reasoning not in ("think", "scratchpad"):
+        out_chars += len(reasoning)
+    prompt_tokens = max(1, _message_chars(messages) // 4)
+    completion_tokens = max(1, out_chars // 4)
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+    }
+    if options.cost is not None:
+        usage["cost"] = options.cost
+    return {
+        "id": f"chatcmpl-mock-{key}-{request_number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+        "usage": usage,
+    }
