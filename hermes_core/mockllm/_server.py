@@ -273,8 +273,15 @@ class MockServer:
             return self
         sock = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]
+        # log_config=None: an embedded server must not reconfigure the host process's logging
+        # (dictConfig would flush and drop Prefect's API log handler from a task thread).
         config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+            self.app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

@@ -1,0 +1,179 @@
+"""One prompt, start to finish (SPEC section 5): toolsets, sandbox, agent loop, trajectory row.
+
+:func:`run_prompt` is what the Prefect task calls for each dataset record. It
+returns a :class:`PromptOutcome` (a trajectory row, or a discard for lack of
+reasoning) and raises for a failed prompt; the environment is always torn down.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from hermes_core.agent import Agent, AgentConfig, AgentResult
+from hermes_core.client import ModelClient, ModelOptions
+from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
+from hermes_core.environments import create_environment
+from hermes_core.mockllm import ensure_mock_server, is_mock_model
+from hermes_core.settings import HermesSettings
+from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ToolContext, offered_tools
+from hermes_core.trajectory import to_sharegpt, tool_statistics
+
+
+class PromptJob(BaseModel):
+    """One dataset record to run."""
+
+    prompt_index: int = Field(description="0-based position among the valid records.")
+    prompt_id: str = Field(description="Identity of the prompt (content, occurrence, defining settings).")
+    prompt: str = Field(description="The first user message.")
+    image: str | None = Field(default=None, description="Container image of this prompt's sandbox.")
+    cwd: str | None = Field(default=None, description="Working directory of this prompt's terminal.")
+    source: dict[str, Any] = Field(default_factory=dict, description="Other fields of the record.")
+
+
+class RunSpec(BaseModel):
+    """How every prompt of a run is executed (no secret here: the API key comes from settings)."""
+
+    run_name: str = ""
+    distribution: str = "default"
+    seed: int = Field(default=0, description="Seed of the per-prompt toolset draw.")
+    model: ModelOptions
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    base_url: str | None = Field(
+        default=None, description="Endpoint; None = the built-in mock server for mock/ models, else settings."
+    )
+    prompt_timeout: float | None = Field(default=None, gt=0, description="Wall-clock seconds per prompt.")
+    terminal_env: str | None = Field(
+        default=None, description="Sandbox backend; None = settings.terminal_env."
+    )
+    toolsets: list[str] | None = Field(
+        default=None, description="Fixed toolsets; None = draw from the distribution."
+    )
+
+
+class PromptOutcome(BaseModel):
+    """A finished prompt: its trajectory row and whether it is kept or discarded for lack of reasoning."""
+
+    prompt_id: str
+    prompt_index: int
+    status: Literal["completed", "discarded_no_reasoning"]
+    row: dict[str, Any] = Field(
+        description="Trajectory row (SPEC section 6); batch_num is set when it is written."
+    )
+    assistant_turns: int
+    turns_with_reasoning: int
+    usage: dict[str, Any]
+    duration_s: float
+
+
+def resolve_base_url(spec: RunSpec, settings: HermesSettings) -> str:
+    """The endpoint of a run: explicit, else the built-in mock server for ``mock/`` models, else settings."""
+    if spec.base_url:
+        return spec.base_url
+    if is_mock_model(spec.model.model):
+        return ensure_mock_server()
+    return settings.base_url
+
+
+def unavailable_tools(distribution: str, settings: HermesSettings) -> dict[str, str]:
+    """{tool: reason} for the tools of ``distribution`` that cannot be offered (logged once per run)."""
+    toolsets = [ts for ts in get_distribution(distribution).toolsets if ts in TOOLSETS]
+    return offered_tools(toolsets, settings)[1]
+
+
+def run_prompt(
+    job: PromptJob, spec: RunSpec, settings: HermesSettings | None = None, *, attempt: int = 1
+) -> PromptOutcome:
+    """Run one prompt and build its trajectory row.
+
+    Args:
+        job: the record.
+        spec: the run's settings.
+        settings: process settings (API key, backend defaults); read from the environment when None.
+        attempt: 1 for the first try of this prompt, 2 for the first retry ...
+
+    Raises:
+        ModelError: provider error after retries, or a non-retryable 4xx.
+        PromptTimeout: the prompt ran past ``spec.prompt_timeout``.
+        SandboxError: the sandbox could not be created or broke.
+        ConfigError: unknown distribution or backend, missing API key.
+    """
+    settings = settings or HermesSettings()
+    started = time.monotonic()
+    client = ModelClient(
+        spec.model,
+        base_url=resolve_base_url(spec, settings),
+        api_key=settings.api_key,
+        timeout=settings.request_timeout,
+        max_retries=settings.max_retries,
+    )
+    toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.prompt_id))
+    tools, _ = offered_tools([ts for ts in toolsets if ts in TOOLSETS], settings)
+    env = create_environment(
+        spec.terminal_env or settings.terminal_env,
+        cwd=job.cwd,
+        image=job.image,
+        settings=settings,
+        run_name=spec.run_name,
+        prompt_id=job.prompt_id,
+    )
+    deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
+    with env:
+        ctx = ToolContext(env=env, settings=settings, deadline=deadline)
+        try:
+            result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
+        finally:
+            ctx.close()
+    assistant_turns, with_reasoning = result.reasoning
+    usage = result.usage.as_dict()
+    duration = round(time.monotonic() - started, 3)
+    common = {
+        "prompt_id": job.prompt_id,
+        "prompt_index": job.prompt_index,
+        "assistant_turns": assistant_turns,
+        "turns_with_reasoning": with_reasoning,
+        "usage": usage,
+        "duration_s": duration,
+    }
+    row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
+    status = "completed" if with_reasoning else "discarded_no_reasoning"
+    return PromptOutcome(status=status, row=row, **common)
+
+
+def build_row(
+    job: PromptJob,
+    spec: RunSpec,
+    result: AgentResult,
+    toolsets: list[str],
+    *,
+    attempt: int,
+    duration_s: float,
+) -> dict[str, Any]:
+    """The trajectory row of SPEC section 6, keys in order; ``metadata.batch_num`` is set by the ledger."""
+    tool_stats, tool_error_counts = tool_statistics(result.messages, ALL_POSSIBLE_TOOLS)
+    assistant_turns, with_reasoning = result.reasoning
+    return {
+        "prompt_index": job.prompt_index,
+        "conversations": to_sharegpt(result.messages, result.tools),
+        "metadata": {
+            "batch_num": None,
+            "timestamp": datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds"),
+            "model": spec.model.model,
+            "prompt_id": job.prompt_id,
+            "usage": result.usage.as_dict(),
+            "reasoning": {"assistant_turns": assistant_turns, "turns_with_reasoning": with_reasoning},
+            "duration_s": duration_s,
+            "attempt": attempt,
+            "stop_reason": result.stop_reason,
+            "source": job.source,
+        },
+        "completed": result.completed,
+        "partial": result.partial,
+        "api_calls": result.api_calls,
+        "toolsets_used": toolsets,
+        "tool_stats": tool_stats,
+        "tool_error_counts": tool_error_counts,
+    }

@@ -1,0 +1,270 @@
+"""The agent loop end to end: real HTTP to the mock model, real shell commands in a local sandbox."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from hermes_core.agent import AgentConfig
+from hermes_core.client import ModelOptions
+from hermes_core.exceptions import ModelError, PromptTimeout
+from hermes_core.runner import PromptJob, RunSpec, run_prompt
+from hermes_core.settings import HermesSettings
+from hermes_core.tools import ALL_POSSIBLE_TOOLS
+
+
+def _job(prompt: str, index: int = 0) -> PromptJob:
+    return PromptJob(prompt_index=index, prompt_id=f"test-{abs(hash(prompt)) % 10**12:012d}", prompt=prompt)
+
+
+def _spec(
+    server, model: str = "mock/scripted", *, toolsets=("terminal",), max_turns: int = 10, **kw
+) -> RunSpec:
+    return RunSpec(
+        run_name="t",
+        model=ModelOptions(model=model, **kw.pop("model_options", {})),
+        agent=AgentConfig(max_turns=max_turns, **kw.pop("agent", {})),
+        base_url=server.base_url,
+        toolsets=list(toolsets) if toolsets is not None else None,
+        **kw,
+    )
+
+
+SETTINGS = HermesSettings(api_key=None, max_retries=2, request_timeout=30)
+
+
+def _requests_for(server, prompt: str) -> int:
+    import hashlib
+
+    key = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+    return server.stats()["by_conversation"].get(key, 0)
+
+
+def test_tool_calls_run_real_commands_and_usage_is_summed(mock_server):
+    prompt = "Compute something with the shell (usage test)"
+    outcome = run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?cost=0.001"), SETTINGS)
+    row = outcome.row
+    assert outcome.status == "completed"
+    assert row["completed"] is True and row["partial"] is False
+    assert row["api_calls"] == 3  # two tool-calling turns, then the answer
+    froms = [t["from"] for t in row["conversations"]]
+    assert froms == ["system", "human", "gpt", "tool", "gpt", "tool", "gpt"]
+    assert row["conversations"][1]["value"] == prompt
+    # the second command is python3 -c "print(6*7)": its real output is in the tool turn
+    second_tool = row["conversations"][5]["value"]
+    assert second_tool.startswith("<tool_response>\n") and '"output": "42"' in second_tool
+    assert row["tool_stats"]["terminal"] == {"count": 2, "success": 2, "failure": 0}
+    assert list(row["tool_stats"]) == list(ALL_POSSIBLE_TOOLS)
+    assert row["metadata"]["usage"]["cost"] == pytest.approx(0.003)
+    assert row["metadata"]["usage"]["prompt_tokens"] > 0
+    assert row["metadata"]["reasoning"] == {"assistant_turns": 3, "turns_with_reasoning": 3}
+    assert row["toolsets_used"] == ["terminal"]
+    assert _requests_for(mock_server, prompt) == 3
+
+
+def test_no_tools_offered_gives_a_direct_answer(mock_server):
+    outcome = run_prompt(
+        _job("Say hello without tools"), _spec(mock_server, toolsets=None, distribution="minimal"), SETTINGS
+    )
+    row = outcome.row
+    assert [t["from"] for t in row["conversations"]] == ["system", "human", "gpt"]
+    assert row["api_calls"] == 1
+    assert row["toolsets_used"] == ["web"]  # drawn, but the web backend is not configured: nothing offered
+    assert "<tools>\n[]\n</tools>" in row["conversations"][0]["value"]
+
+
+def test_rate_limit_is_retried_honouring_retry_after(mock_server):
+    prompt = "Rate limited prompt"
+    started = time.monotonic()
+    outcome = run_prompt(
+        _job(prompt), _spec(mock_server, "mock/scripted?rate_limit=2&retry_after=1.5"), SETTINGS
+    )
+    elapsed = time.monotonic() - started
+    assert outcome.status == "completed" and outcome.row["api_calls"] == 3
+    assert _requests_for(mock_server, prompt) == 5  # 2 x 429, then 3 answered calls
+    assert elapsed >= 3.0  # two waits of Retry-After = 1.5 s, not the SDK's 0.5-1 s default backoff
+
+
+def test_server_errors_after_retries_fail_the_prompt(mock_server):
+    prompt = "Always failing prompt"
+    with pytest.raises(ModelError) as info:
+        run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?error_5xx=10&error_status=503"), SETTINGS)
+    assert info.value.status_code == 503 and info.value.retryable is True
+    assert _requests_for(mock_server, prompt) == 3  # 1 + max_retries=2
+
+
+def test_non_retryable_4xx_carries_the_provider_message(mock_server):
+    prompt = "Bad request prompt"
+    with pytest.raises(ModelError) as info:
+        run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?no_such_option=1"), SETTINGS)
+    assert info.value.status_code == 400 and info.value.retryable is False
+    assert "no_such_option" in str(info.value)
+
+
+def test_timeout_is_retried(mock_server):
+    settings = HermesSettings(max_retries=1, request_timeout=1.0)
+    prompt = "Hanging first request"
+    outcome = run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?hang_s=4&hang_count=1"), settings)
+    assert outcome.status == "completed" and outcome.row["api_calls"] == 3
+    assert _requests_for(mock_server, prompt) == 4
+
+
+def test_invalid_arguments_three_in_a_row_end_partial(mock_server):
+    outcome = run_prompt(
+        _job("Bad arguments x3"), _spec(mock_server, "mock/scripted?bad_args=3&turns=5"), SETTINGS
+    )
+    row = outcome.row
+    assert row["partial"] is True and row["completed"] is True
+    assert row["metadata"]["stop_reason"] == "RepeatedToolErrors"
+    assert row["api_calls"] == 3
+    assert row["tool_error_counts"]["terminal"] == 3
+    tool_turn = row["conversations"][3]["value"]
+    assert "Invalid JSON arguments for terminal" in tool_turn
+
+
+def test_invalid_arguments_then_recovery_completes(mock_server):
+    outcome = run_prompt(
+        _job("Bad arguments x2"), _spec(mock_server, "mock/scripted?bad_args=2&turns=3"), SETTINGS
+    )
+    row = outcome.row
+    assert row["partial"] is False and row["completed"] is True and row["api_calls"] == 4
+    assert row["tool_stats"]["terminal"] == {"count": 3, "success": 1, "failure": 2}
+
+
+def test_unknown_tool_is_reported_back_and_counted_under_its_name(mock_server):
+    outcome = run_prompt(
+        _job("Unknown tool x1"), _spec(mock_server, "mock/scripted?unknown_tool=1&turns=2"), SETTINGS
+    )
+    row = outcome.row
+    assert row["partial"] is False
+    hallucinated = [name for name in row["tool_stats"] if name not in ALL_POSSIBLE_TOOLS]
+    assert len(hallucinated) == 1 and row["tool_stats"][hallucinated[0]]["failure"] == 1
+    assert f"Unknown tool: {hallucinated[0]}" in row["conversations"][3]["value"]
+
+
+def test_endless_tool_loop_hits_the_turn_limit(mock_server):
+    outcome = run_prompt(
+        _job("Loop forever"), _spec(mock_server, "mock/scripted?loop", max_turns=4), SETTINGS
+    )
+    row = outcome.row
+    assert row["completed"] is False and row["partial"] is False and row["api_calls"] == 4
+    assert row["metadata"]["stop_reason"] == "TurnLimitReached"
+    assert row["conversations"][-1]["from"] == "tool"
+
+
+def test_length_cut_is_partial(mock_server):
+    outcome = run_prompt(_job("Cut by length"), _spec(mock_server, "mock/scripted?length"), SETTINGS)
+    assert outcome.row["partial"] is True and outcome.row["completed"] is True
+    assert outcome.row["metadata"]["stop_reason"] == "OutputTruncated"
+
+
+def test_no_reasoning_is_discarded(mock_server):
+    outcome = run_prompt(
+        _job("No reasoning at all"), _spec(mock_server, "mock/scripted?no_reasoning"), SETTINGS
+    )
+    assert outcome.status == "discarded_no_reasoning"
+    assert outcome.turns_with_reasoning == 0 and outcome.assistant_turns == 3
+    assert outcome.row["conversations"][2]["value"].startswith("<think>\n</think>\n")
+
+
+@pytest.mark.parametrize("style", ["field", "reasoning_content", "details", "think", "scratchpad"])
+def test_every_reasoning_style_lands_in_think_blocks(mock_server, style):
+    outcome = run_prompt(
+        _job(f"Reasoning style {style}"), _spec(mock_server, f"mock/scripted?reasoning={style}"), SETTINGS
+    )
+    assert outcome.status == "completed" and outcome.turns_with_reasoning == 3
+    first_gpt = outcome.row["conversations"][2]["value"]
+    assert first_gpt.startswith("<think>\nTurn 0")
+    assert "REASONING_SCRATCHPAD" not in first_gpt and first_gpt.count("<think>") == 1
+
+
+def test_prompt_deadline_fails_the_prompt(mock_server):
+    spec = _spec(mock_server, "mock/scripted?latency_ms=1200&turns=3", prompt_timeout=2.0)
+    with pytest.raises(PromptTimeout):
+        run_prompt(_job("Slow prompt with deadline"), spec, SETTINGS)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _Recorder.bodies.append(body)
+        reply = {
+            "id": "r1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Fine.", "reasoning": "Thinking."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9, "cost": 0.5},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_request_body_has_routing_reasoning_and_unstored_prompts():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        spec = RunSpec(
+            model=ModelOptions(
+                model="some/model",
+                max_tokens=321,
+                providers_allowed=["a", "b"],
+                providers_order=["b"],
+                provider_sort="price",
+                reasoning_effort="high",
+            ),
+            agent=AgentConfig(
+                ephemeral_system_prompt="SECRET SYSTEM",
+                prefill_messages=[
+                    {"role": "user", "content": "few"},
+                    {"role": "assistant", "content": "shot"},
+                ],
+            ),
+            base_url=f"http://127.0.0.1:{server.server_port}/v1",
+            toolsets=["terminal"],
+        )
+        outcome = run_prompt(
+            _job("Recorded prompt"), spec, HermesSettings(api_key="sk-test-123", max_retries=0)
+        )
+    finally:
+        server.shutdown()
+    body = _Recorder.bodies[-1]
+    assert body["max_tokens"] == 321
+    assert body["provider"] == {"only": ["a", "b"], "order": ["b"], "sort": "price"}
+    assert body["reasoning"] == {"enabled": True, "effort": "high"}
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    assert (
+        body["messages"][0]["content"] == "SECRET SYSTEM"
+        and body["messages"][3]["content"] == "Recorded prompt"
+    )
+    assert [t["function"]["name"] for t in body["tools"]] == ["terminal", "process"]
+    text = json.dumps(outcome.row)
+    assert "SECRET SYSTEM" not in text and '"few"' not in text and "sk-test-123" not in text
+    assert outcome.row["metadata"]["usage"] == {
+        "prompt_tokens": 7, "completion_tokens": 2, "reasoning_tokens": 0, "cost": 0.5
+    }  # fmt: skip
+
+
+def test_reasoning_disabled_wins_over_effort():
+    options = ModelOptions(model="m", reasoning_effort="high", reasoning_disabled=True)
+    assert options.extra_body() == {"reasoning": {"effort": "none"}}
+    assert ModelOptions(model="m").extra_body() == {}
