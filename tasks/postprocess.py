@@ -1,0 +1,421 @@
+"""Merge a run folder's batch files into ``trajectories.jsonl`` and compute ``statistics.json`` (SPEC section 9).
+
+Pure Python + polars, no Prefect: the flow wraps these functions in tasks. Both functions stream:
+the merge keeps only a small index entry per row (batch file, byte offset, length, target index)
+and copies rows by offset in a second pass; the statistics decode only the needed fields with
+polars' NDJSON reader in streaming mode.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import polars as pl
+
+from tasks._files import atomic_writer, write_json_atomic
+
+__all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
+_MAX_OPEN_FILES = 32
+_CHUNK_BYTES = 16 << 20  # lines decoded per polars call in compute_statistics
+
+
+@dataclass
+class MergeResult:
+    """What :func:`merge_trajectories` wrote and left out.
+
+    Attributes:
+        rows_written: rows in the merged file.
+        duplicates_dropped: later copies of a prompt_id already seen (a resumed run's re-written rows).
+        filtered_hallucinated: rows whose ``tool_stats`` name a tool outside ``valid_tools``.
+        orphaned: rows that cannot be placed: prompt_id not in ``index_of`` (or missing), or,
+            without ``index_of``, no integer ``prompt_index``.
+        torn_lines: lines that are not a JSON object (a killed writer's torn last line; a bad
+            line elsewhere is counted too and logged as a warning).
+        path: the merged file.
+    """
+
+    rows_written: int
+    duplicates_dropped: int
+    filtered_hallucinated: int
+    orphaned: int
+    torn_lines: int
+    path: Path
+
+
+class _Entry(NamedTuple):
+    """Where a kept row is, and where it goes."""
+
+    index: int  # prompt_index in the output
+    file_no: int  # position of the batch file in batch-number order
+    offset: int  # byte offset of the line in the batch file
+    length: int  # bytes of the line without its line end
+    rewrite: bool  # prompt_index must be rewritten
+
+
+def batch_files(run_dir: Path) -> list[Path]:
+    """``batch_<n>.jsonl`` files of ``run_dir``, sorted by n (numerically)."""
+    found = []
+    for path in Path(run_dir).iterdir():
+        match = _BATCH_RE.match(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
+def merge_trajectories(
+    run_dir: Path,
+    *,
+    index_of: Mapping[str, int] | None,
+    valid_tools: Collection[str],
+    out_name: str = "trajectories.jsonl",
+) -> MergeResult:
+    """Merge ``run_dir/batch_*.jsonl`` into ``run_dir/<out_name>``, ordered by prompt_index.
+
+    The first occurrence of a prompt_id (``metadata.prompt_id``) wins, in batch-number then line
+    order; rows without a prompt_id are deduplicated by their prompt_index. Rows are copied
+    byte-for-byte (line end normalised to ``\\n``) unless their prompt_index changes, in which case
+    they are re-serialised with ``json.dumps(row, ensure_ascii=False)`` (key order kept). The output
+    is written to a temp file, fsynced and renamed (atomic). Memory: one row at a time plus ~100
+    bytes per kept row.
+
+    Args:
+        run_dir: the run folder.
+        index_of: prompt_id -> current prompt_index; rows of other prompt_ids are left out
+            (``orphaned``). None keeps each row's own prompt_index.
+        valid_tools: the registry's tool names; a row whose ``tool_stats`` has another key is dropped.
+        out_name: name of the merged file inside ``run_dir``.
+
+    Returns:
+        The :class:`MergeResult` counts.
+
+    Raises:
+        OSError: a batch file cannot be read or the output cannot be written.
+    """
+    run_dir = Path(run_dir)
+    tools = frozenset(valid_tools)
+    files = batch_files(run_dir)
+    entries: list[_Entry] = []
+    seen: set[Any] = set()
+    duplicates = hallucinated = orphaned = torn = 0
+
+    for file_no, path in enumerate(files):
+        for offset, raw, line_no, is_last in _iter_raw_lines(path):
+            row = _loads_object(raw)
+            if row is None:
+                torn += 1
+                if not is_last:
+                    log.warning("%s line %d is not a JSON object; skipped", path, line_no)
+                continue
+            metadata = row.get("metadata")
+            prompt_id = metadata.get("prompt_id") if isinstance(metadata, dict) else None
+            own_index = row.get("prompt_index")
+            if not isinstance(prompt_id, str):
+                prompt_id = None
+            if index_of is not None:
+                if prompt_id is None or prompt_id not in index_of:
+                    orphaned += 1
+                    continue
+                index = index_of[prompt_id]
+            elif isinstance(own_index, int) and not isinstance(own_index, bool):
+                index = own_index
+            else:
+                orphaned += 1
+                continue
+            key = prompt_id if prompt_id is not None else ("index", index)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            tool_stats = row.get("tool_stats")
+            if isinstance(tool_stats, dict) and not tools.issuperset(tool_stats):
+                hallucinated += 1
+                continue
+            rewrite = type(own_index) is not int or own_index != index
+            entries.append(_Entry(index, file_no, offset, len(raw), rewrite))
+
+    entries.sort()
+    out_path = run_dir / out_name
+    with _FilePool(files) as pool, atomic_writer(out_path) as out:
+        for entry in entries:
+            raw = pool.read(entry.file_no, entry.offset, entry.length)
+            if entry.rewrite:
+                row = json.loads(raw)
+                row = {"prompt_index": entry.index, **row} if "prompt_index" not in row else row
+                row["prompt_index"] = entry.index
+                raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
+            out.write(raw)
+            out.write(b"\n")
+    return MergeResult(
+        rows_written=len(entries),
+        duplicates_dropped=duplicates,
+        filtered_hallucinated=hallucinated,
+        orphaned=orphaned,
+        torn_lines=torn,
+        path=out_path,
+    )
+
+
+def compute_statistics(
+    run_dir: Path,
+    *,
+    merge: MergeResult,
+    run_name: str,
+    distribution: str,
+    model: str,
+    batch_size: int,
+    total_prompts: int,
+    duration_seconds: float,
+    failed_prompt_ids: Collection[str],
+    valid_tools: Collection[str],
+) -> dict[str, Any]:
+    """Statistics of the whole run, from the merged file and the discard tombstones.
+
+    Reads ``merge.path`` with polars (streaming; only ``tool_stats``, ``metadata.usage`` and
+    ``metadata.reasoning`` are decoded) and ``run_dir/discarded.jsonl`` (one tombstone per
+    prompt_id; a torn line is skipped).
+
+    Returns:
+        A dict with keys in this order: ``run_name, distribution, total_prompts, total_batches``
+        (number of batch files), ``batch_size, model, completed_at`` (ISO-8601 UTC, seconds),
+        ``duration_seconds`` (2 dp), ``tool_statistics`` (every tool of ``valid_tools``, sorted:
+        ``{count, success, failure, success_rate, failure_rate}``, rates in percent, 2 dp, 0.0
+        when unused), ``reasoning_statistics`` (``total_assistant_turns, turns_with_reasoning,
+        turns_without_reasoning, coverage_percent``; the tombstones' assistant turns count as
+        turns without reasoning), ``discarded_no_reasoning`` (tombstones), ``completed`` (rows
+        in the merged file), ``failed`` (``len(failed_prompt_ids)``), ``filtered_hallucinated``,
+        ``tokens {prompt, completion, reasoning, total}`` and ``cost_usd``. Tokens and cost sum
+        the rows' and the tombstones' ``usage`` (tokens spent on discarded samples were paid
+        for); ``total`` = prompt + completion (reasoning tokens are part of completion tokens);
+        ``cost_usd`` is None when no row or tombstone reports a cost.
+
+    Raises:
+        OSError: a file cannot be read.
+        polars.exceptions.PolarsError: the merged file is not valid NDJSON.
+    """
+    run_dir = Path(run_dir)
+    tools = sorted(set(valid_tools))
+    sums = _row_sums(Path(merge.path), tools)
+    tomb = _tombstone_sums(run_dir / "discarded.jsonl")
+
+    tool_statistics = {}
+    for tool in tools:
+        count, success, failure = (sums[f"{tool}\0{k}"] for k in ("count", "success", "failure"))
+        tool_statistics[tool] = {
+            "count": count,
+            "success": success,
+            "failure": failure,
+            "success_rate": _percent(success, count),
+            "failure_rate": _percent(failure, count),
+        }
+    total_turns = sums["assistant_turns"] + tomb["assistant_turns"]
+    with_reasoning = sums["turns_with_reasoning"]
+    prompt_tokens = sums["prompt_tokens"] + tomb["prompt_tokens"]
+    completion_tokens = sums["completion_tokens"] + tomb["completion_tokens"]
+    cost_reports = sums["cost_reports"] + tomb["cost_reports"]
+    return {
+        "run_name": run_name,
+        "distribution": distribution,
+        "total_prompts": total_prompts,
+        "total_batches": len(batch_files(run_dir)),
+        "batch_size": batch_size,
+        "model": model,
+        "completed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "duration_seconds": round(float(duration_seconds), 2),
+        "tool_statistics": tool_statistics,
+        "reasoning_statistics": {
+            "total_assistant_turns": total_turns,
+            "turns_with_reasoning": with_reasoning,
+            "turns_without_reasoning": total_turns - with_reasoning,
+            "coverage_percent": _percent(with_reasoning, total_turns),
+        },
+        "discarded_no_reasoning": tomb["count"],
+        "completed": sums["rows"],
+        "failed": len(failed_prompt_ids),
+        "filtered_hallucinated": merge.filtered_hallucinated,
+        "tokens": {
+            "prompt": prompt_tokens,
+            "completion": completion_tokens,
+            "reasoning": sums["reasoning_tokens"] + tomb["reasoning_tokens"],
+            "total": prompt_tokens + completion_tokens,
+        },
+        "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
+    }
+
+
+def _percent(part: int, whole: int) -> float:
+    """``part / whole`` in percent, 2 dp; 0.0 when ``whole`` is 0."""
+    return round(part * 100 / whole, 2) if whole else 0.0
+
+
+_COUNTS = pl.Struct({"count": pl.Int64, "success": pl.Int64, "failure": pl.Int64})
+_USAGE = pl.Struct(
+    {
+        "prompt_tokens": pl.Int64,
+        "completion_tokens": pl.Int64,
+        "reasoning_tokens": pl.Int64,
+        "cost": pl.Float64,
+    }
+)
+_REASONING = pl.Struct({"assistant_turns": pl.Int64, "turns_with_reasoning": pl.Int64})
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
+
+
+def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
+    """Sum the per-row counters of the merged file, decoding only the needed fields with polars.
+
+    The file is read in chunks of whole lines (~``_CHUNK_BYTES``; one longer line is one chunk)
+    so memory stays bounded whatever the file size (polars' own NDJSON scan maps the whole file).
+
+    Keys: ``rows``, ``<tool>\\0count|success|failure``, the usage token fields, ``cost`` and
+    ``cost_reports`` (rows with a non-null cost), ``assistant_turns``, ``turns_with_reasoning``.
+    Missing or null values count as 0.
+    """
+    schema: dict[str, pl.DataType] = {
+        "metadata": pl.Struct({"usage": _USAGE, "reasoning": _REASONING}),
+    }
+    if tools:
+        schema["tool_stats"] = pl.Struct(dict.fromkeys(tools, _COUNTS))
+    usage = pl.col("metadata").struct.field("usage")
+    reasoning = pl.col("metadata").struct.field("reasoning")
+    exprs = [pl.len().alias("rows")]
+    for tool in tools:
+        stats = pl.col("tool_stats").struct.field(tool)
+        exprs += [stats.struct.field(k).sum().alias(f"{tool}\0{k}") for k in ("count", "success", "failure")]
+    exprs += [usage.struct.field(k).sum().alias(k) for k in _USAGE_FIELDS]
+    exprs += [
+        usage.struct.field("cost").sum().alias("cost"),
+        usage.struct.field("cost").count().alias("cost_reports"),
+        reasoning.struct.field("assistant_turns").sum().alias("assistant_turns"),
+        reasoning.struct.field("turns_with_reasoning").sum().alias("turns_with_reasoning"),
+    ]
+    totals: dict[str, Any] = {str(e.meta.output_name()): 0 for e in exprs}
+    totals["cost"] = 0.0
+    for chunk in _line_chunks(path):
+        partial = pl.read_ndjson(chunk, schema=schema).select(exprs).row(0, named=True)
+        for name, value in partial.items():
+            totals[name] += value or 0
+    return totals
+
+
+def _line_chunks(path: Path, size: int | None = None) -> Iterator[bytes]:
+    """Yield the bytes of ``path`` in chunks of about ``size`` bytes that end on a line end."""
+    size = size or _CHUNK_BYTES
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        rest = b""
+        while block := f.read(size):
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            rest = data[cut:]
+            if data[:cut].strip():
+                yield data[:cut]
+        if rest.strip():
+            yield rest
+
+
+def _tombstone_sums(path: Path) -> dict[str, Any]:
+    """Count the tombstones of ``discarded.jsonl`` (first per prompt_id) and sum their turns and usage."""
+    sums: dict[str, Any] = {
+        "count": 0,
+        "assistant_turns": 0,
+        **dict.fromkeys(_USAGE_FIELDS, 0),
+        "cost": 0.0,
+        "cost_reports": 0,
+    }
+    if not path.exists():
+        return sums
+    seen: set[str] = set()
+    for _, raw, line_no, is_last in _iter_raw_lines(path):
+        tomb = _loads_object(raw)
+        if tomb is None:
+            if not is_last:
+                log.warning("%s line %d is not a JSON object; skipped", path, line_no)
+            continue
+        prompt_id = tomb.get("prompt_id")
+        if isinstance(prompt_id, str):
+            if prompt_id in seen:
+                continue
+            seen.add(prompt_id)
+        sums["count"] += 1
+        sums["assistant_turns"] += _int(tomb.get("assistant_turns"))
+        usage = tomb.get("usage") if isinstance(tomb.get("usage"), dict) else {}
+        for name in _USAGE_FIELDS:
+            sums[name] += _int(usage.get(name))
+        cost = usage.get("cost")
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            sums["cost"] += float(cost)
+            sums["cost_reports"] += 1
+    return sums
+
+
+def _int(value: Any) -> int:
+    """An integer counter from JSON; anything else (null, missing) is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _iter_raw_lines(path: Path) -> Iterator[tuple[int, bytes, int, bool]]:
+    """Yield ``(byte offset, line without line end, 1-based line number, is last line)`` of non-blank lines."""
+    with open(path, "rb") as f:
+        offset = 0
+        pending: tuple[int, bytes, int] | None = None
+        for line_no, line in enumerate(f, start=1):
+            raw = line.rstrip(b"\r\n")
+            if raw.strip():
+                if pending is not None:
+                    yield (*pending, False)
+                pending = (offset, raw, line_no)
+            offset += len(line)
+        if pending is not None:
+            yield (*pending, True)
+
+
+def _loads_object(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object in ``raw``, or None when it is not valid JSON or not an object."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+class _FilePool:
+    """Random-access reads over the batch files with a small LRU of open handles."""
+
+    def __init__(self, files: list[Path]):
+        self._files = files
+        self._open: OrderedDict[int, IO[bytes]] = OrderedDict()
+
+    def __enter__(self) -> _FilePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
+
+    def read(self, file_no: int, offset: int, length: int) -> bytes:
+        fh = self._open.get(file_no)
+        if fh is None:
+            if len(self._open) >= _MAX_OPEN_FILES:
+                self._open.popitem(last=False)[1].close()
+            fh = self._open[file_no] = open(self._files[file_no], "rb")
+        else:
+            self._open.move_to_end(file_no)
+        fh.seek(offset)
+        return fh.read(length)
