@@ -1,0 +1,267 @@
+"""The run ledger: what a run has produced, written durably as prompts finish (SPEC section 9).
+
+Files under ``data/<run_name>/``:
+
+* ``batch_<n>.jsonl`` - trajectory rows of batch n, appended with flush+fsync.
+  Every invocation numbers its batches after the highest existing one, so new
+  rows never go into an old file.
+* ``discarded.jsonl`` - tombstones of samples discarded for lack of reasoning
+  (a resume does not pay for them again).
+* ``failures.jsonl`` - one line per failed attempt (error type and message).
+* ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
+  rewritten atomically after every batch.
+
+The ledger is written by the flow only (one writer, guarded by :class:`RunLock`).
+Writes are idempotent by prompt identity: recording a prompt that is already
+finished is a no-op. A torn last line left by a killed writer is repaired when
+the ledger opens.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
+
+BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
+# json.dumps escapes every quote inside a string, so this sequence only matches a real key.
+_PROMPT_ID_RE = re.compile(rb'(?:\{|, )"prompt_id": "([^"\\]+)"')
+
+
+def now_iso() -> str:
+    """Current UTC time, ISO-8601 to the second, no offset (the reference's timestamp shape)."""
+    return datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+class RunInUseError(RuntimeError):
+    """Another process holds the run's lock."""
+
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run folder (``.lock``), released at exit or process death."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ".lock"
+        self._fh = None
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise RunInUseError(
+                f"run folder {self.path.parent} is in use by another invocation (pid {holder}); wait for it or stop it"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh = fh
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass
+class BatchState:
+    """Progress of one batch of this invocation."""
+
+    members: set[str]
+    processed: int = 0
+    skipped: int = 0
+    discarded_no_reasoning: int = 0
+    resolved: set[str] = field(default_factory=set)
+
+    @property
+    def done(self) -> bool:
+        return self.resolved >= self.members
+
+
+@dataclass
+class RunLedger:
+    """Durable record of a run's finished prompts. Build with :meth:`open`."""
+
+    run_dir: Path
+    run_name: str
+    rows: dict[str, int] = field(default_factory=dict)  # prompt_id -> batch number of its row
+    discarded: set[str] = field(default_factory=set)
+    batch_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    next_batch: int = 0
+    torn_bytes: int = 0
+    _batches: dict[int, BatchState] = field(default_factory=dict)
+    _assigned: dict[str, int] = field(default_factory=dict)
+    _index_of: dict[str, int] = field(default_factory=dict)
+    _handles: dict[int, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, run_dir: Path, run_name: str) -> RunLedger:
+        """Read the run folder (creating it), repairing torn last lines first."""
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ledger = cls(run_dir=run_dir, run_name=run_name)
+        highest = -1
+        for path in sorted(run_dir.iterdir()):
+            match = BATCH_RE.match(path.name)
+            if not match:
+                continue
+            number = int(match.group(1))
+            highest = max(highest, number)
+            ledger.torn_bytes += repair_torn_tail(path)
+            with open(path, "rb") as fh:
+                for line in fh:
+                    found = _PROMPT_ID_RE.search(line)
+                    if found:
+                        ledger.rows.setdefault(found.group(1).decode(), number)
+        for name in ("discarded.jsonl", "failures.jsonl"):
+            ledger.torn_bytes += repair_torn_tail(run_dir / name)
+        for tomb in _read_jsonl(run_dir / "discarded.jsonl"):
+            ledger.discarded.add(tomb["prompt_id"])
+        checkpoint = _read_json(run_dir / "checkpoint.json") or {}
+        ledger.batch_stats = dict(checkpoint.get("batch_stats", {}))
+        highest = max([highest, *(int(n) for n in ledger.batch_stats)])
+        ledger.next_batch = highest + 1
+        return ledger
+
+    @property
+    def finished(self) -> set[str]:
+        """Prompt ids that need no more work: a row was written or the sample was discarded."""
+        return set(self.rows) | self.discarded
+
+    def plan(
+        self, pending: Iterable[tuple[int, str]], batch_size: int, index_of: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Assign this invocation's pending prompts to new batches.
+
+        Args:
+            pending: (prompt_index, prompt_id) of prompts to run, in any order.
+            batch_size: prompts per batch.
+            index_of: prompt_id -> prompt_index of the current dataset (for the checkpoint).
+
+        Returns:
+            prompt_id -> batch number (numbers start after every existing batch).
+        """
+        self._index_of = dict(index_of)
+        ordered = sorted(pending)
+        for start in range(0, len(ordered), batch_size):
+            number = self.next_batch
+            self.next_batch += 1
+            members = {pid for _, pid in ordered[start : start + batch_size]}
+            self._batches[number] = BatchState(members=members)
+            for pid in members:
+                self._assigned[pid] = number
+        return dict(self._assigned)
+
+    def record_row(self, prompt_id: str, row: dict[str, Any]) -> bool:
+        """Append a trajectory row to its batch file; False (nothing written) if the prompt is finished."""
+        if prompt_id in self.rows or prompt_id in self.discarded:
+            return False
+        number = self._assigned[prompt_id]
+        row["metadata"]["batch_num"] = number
+        append_jsonl(self._handle(number), row)
+        self.rows[prompt_id] = number
+        self._resolve(prompt_id, "processed")
+        return True
+
+    def record_discard(self, prompt_id: str, tombstone: dict[str, Any]) -> bool:
+        """Write a tombstone for a sample without reasoning; False if the prompt is finished."""
+        if prompt_id in self.rows or prompt_id in self.discarded:
+            return False
+        self._append("discarded.jsonl", {"prompt_id": prompt_id, **tombstone, "time": now_iso()})
+        self.discarded.add(prompt_id)
+        self._resolve(prompt_id, "discarded_no_reasoning")
+        return True
+
+    def record_failure(
+        self, prompt_id: str, prompt_index: int, error_type: str, message: str, attempts: int
+    ) -> None:
+        """Append a failure line (the prompt stays pending for a resume or a retry)."""
+        self._append(
+            "failures.jsonl",
+            {
+                "prompt_id": prompt_id,
+                "prompt_index": prompt_index,
+                "error_type": error_type,
+                "message": message,
+                "attempts": attempts,
+                "time": now_iso(),
+            },
+        )
+        self._resolve(prompt_id, "skipped")
+
+    def write_checkpoint(self) -> None:
+        """Rewrite ``checkpoint.json`` atomically from the current state."""
+        finished = self.finished
+        completed = sorted(idx for pid, idx in self._index_of.items() if pid in finished)
+        write_json_atomic(
+            self.run_dir / "checkpoint.json",
+            {
+                "run_name": self.run_name,
+                "completed_prompts": completed,
+                "batch_stats": dict(sorted(self.batch_stats.items(), key=lambda kv: int(kv[0]))),
+                "last_updated": now_iso(),
+            },
+        )
+
+    def close(self) -> None:
+        """Close the open batch files."""
+        for fh in self._handles.values():
+            fh.close()
+        self._handles.clear()
+
+    def _resolve(self, prompt_id: str, counter: str) -> None:
+        number = self._assigned.get(prompt_id)
+        batch = self._batches.get(number) if number is not None else None
+        if batch is None or prompt_id in batch.resolved:
+            return
+        batch.resolved.add(prompt_id)
+        setattr(batch, counter, getattr(batch, counter) + 1)
+        self.batch_stats[str(number)] = {
+            "processed": batch.processed,
+            "skipped": batch.skipped,
+            "discarded_no_reasoning": batch.discarded_no_reasoning,
+        }
+        if batch.done:
+            self.write_checkpoint()
+            handle = self._handles.pop(number, None)
+            if handle:
+                handle.close()
+
+    def _handle(self, number: int):
+        if number not in self._handles:
+            self._handles[number] = open(self.run_dir / f"batch_{number}.jsonl", "ab")
+        return self._handles[number]
+
+    def _append(self, name: str, obj: dict[str, Any]) -> None:
+        with open(self.run_dir / name, "ab") as fh:
+            append_jsonl(fh, obj)
+
+
+def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,150 @@
+"""Run folder bookkeeping before prompts run: the dataset's identities, run.json, refusal rules.
+
+A run folder is reused only with ``--resume`` (or by a retry of the same flow
+run), and only with the same defining settings (SPEC section 9); ``--overwrite``
+starts it again from nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hermes_core.runner import PromptJob
+from tasks._files import write_json_atomic
+from tasks.dataset import Dataset
+from tasks.ledger import BATCH_RE, now_iso
+
+RUN_FILE = "run.json"
+
+
+class RunStateError(ValueError):
+    """The run folder cannot be used as asked (exists without resume, settings changed)."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Contents of ``run.json``: defining settings, dataset fingerprint, invocation history."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def total_duration(self) -> float:
+        """Seconds spent over every finished invocation of the run."""
+        return sum(inv.get("duration_s", 0.0) for inv in self.data.get("invocations", []))
+
+
+def has_outputs(run_dir: Path) -> bool:
+    """True when the folder holds a run (run.json, a batch file, a checkpoint or trajectories)."""
+    if not run_dir.is_dir():
+        return False
+    return any(
+        p.name in {RUN_FILE, "checkpoint.json", "trajectories.jsonl"} or BATCH_RE.match(p.name)
+        for p in run_dir.iterdir()
+    )
+
+
+def check_run_dir(run_dir: Path, defining: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
+    """Apply the reuse rules; with ``overwrite`` empty the folder first.
+
+    Raises:
+        RunStateError: outputs exist and neither resume nor overwrite was asked, or the
+            defining settings differ from run.json (the message lists the differences).
+    """
+    if overwrite:
+        clear_run_dir(run_dir)
+        return
+    if not has_outputs(run_dir):
+        return
+    if not resume:
+        raise RunStateError(
+            f"run folder {run_dir} already has outputs; pass --resume to continue it "
+            "or --overwrite to start again"
+        )
+    info = read_run_info(run_dir)
+    if info is None:
+        return
+    before = info.data.get("defining", {})
+    changed = [
+        f"{key}: {before.get(key)!r} -> {defining.get(key)!r}"
+        for key in sorted(set(before) | set(defining))
+        if before.get(key) != defining.get(key)
+    ]
+    if changed:
+        raise RunStateError(
+            f"run folder {run_dir} was made with other defining settings ({'; '.join(changed)}); "
+            "use --overwrite to start again or choose another --run_name"
+        )
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """Delete every output of a run (batch files, ledger, cache), keeping the folder and its lock."""
+    if not run_dir.is_dir():
+        return
+    for path in run_dir.iterdir():
+        if path.name == ".lock":
+            continue
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def read_run_info(run_dir: Path) -> RunInfo | None:
+    """``run.json`` of a run folder, or None."""
+    path = run_dir / RUN_FILE
+    if not path.exists():
+        return None
+    return RunInfo(path, json.loads(path.read_text(encoding="utf-8")))
+
+
+def start_invocation(
+    run_dir: Path,
+    run_name: str,
+    defining: dict[str, Any],
+    settings_hash: str,
+    dataset: Dataset,
+    flow_run_id: str | None,
+) -> RunInfo:
+    """Record the start of an invocation in run.json (created on first use) and return it."""
+    info = read_run_info(run_dir)
+    data = info.data if info else {"run_name": run_name, "created_at": now_iso(), "invocations": []}
+    data.update(
+        defining=defining,
+        settings_hash=settings_hash,
+        dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset.records)},
+    )
+    data["invocations"].append({"started_at": now_iso(), "flow_run_id": flow_run_id})
+    write_json_atomic(run_dir / RUN_FILE, data)
+    return RunInfo(run_dir / RUN_FILE, data)
+
+
+def finish_invocation(info: RunInfo, **facts: Any) -> None:
+    """Close the current invocation's entry in run.json with its duration and counts."""
+    info.data["invocations"][-1].update(finished_at=now_iso(), **facts)
+    write_json_atomic(info.path, info.data)
+
+
+def prompt_identity(content_key: str, settings_hash: str) -> str:
+    """Identity of a prompt in a run: its record's content key (content + occurrence) and the defining settings."""
+    return hashlib.sha256(f"{content_key}|{settings_hash}".encode()).hexdigest()[:32]
+
+
+def jobs_of(dataset: Dataset, settings_hash: str) -> list[PromptJob]:
+    """The dataset's records as prompt jobs with their run identities."""
+    return [
+        PromptJob(
+            prompt_index=r.prompt_index,
+            prompt_id=prompt_identity(r.content_key, settings_hash),
+            prompt=r.prompt,
+            image=r.image,
+            cwd=r.cwd,
+            source=r.source,
+        )
+        for r in dataset.records
+    ]
