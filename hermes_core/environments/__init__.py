@@ -93,7 +93,9 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
     try:
         target = BACKENDS[backend]
     except KeyError:
-        raise ConfigError(f"unknown terminal backend {backend!r}; choose one of {', '.join(sorted(BACKENDS))}") from None
+        raise ConfigError(
+            f"unknown terminal backend {backend!r}; choose one of {', '.join(sorted(BACKENDS))}"
+        ) from None
     module_name, _, class_name = target.partition(":")
     return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 

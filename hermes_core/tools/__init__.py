@@ -21,7 +21,9 @@ for _tool in REGISTRY.values():
 del _tool
 
 
-def offered_tools(toolsets: list[str] | tuple[str, ...], settings: HermesSettings) -> tuple[list[Tool], dict[str, str]]:
+def offered_tools(
+    toolsets: list[str] | tuple[str, ...], settings: HermesSettings
+) -> tuple[list[Tool], dict[str, str]]:
     """Tools of ``toolsets`` that can be offered under ``settings``.
 
     Returns:

@@ -118,7 +118,9 @@ class Tool:
         limit = ctx.settings.tool_result_max_chars
         if len(text) > limit:
             text = json.dumps(
-                {"error": f"Tool result too large ({len(text)} characters, limit {limit}); narrow the request."}
+                {
+                    "error": f"Tool result too large ({len(text)} characters, limit {limit}); narrow the request."
+                }
             )
         return text
 
