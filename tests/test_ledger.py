@@ -1,0 +1,106 @@
+"""The run ledger: durable, idempotent writes; batch numbering; checkpoint; torn-line repair; run lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tasks.ledger import RunInUseError, RunLedger, RunLock
+
+
+def _row(pid: str, index: int) -> dict:
+    return {
+        "prompt_index": index,
+        "conversations": [{"from": "human", "value": f"p{index}"}],
+        "metadata": {"batch_num": None, "prompt_id": pid},
+        "completed": True,
+    }
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_rows_go_to_planned_batches_and_checkpoint_follows(tmp_path):
+    ledger = RunLedger.open(tmp_path, "r")
+    index_of = {f"id{i}": i for i in range(5)}
+    plan = ledger.plan([(i, f"id{i}") for i in range(5)], batch_size=2, index_of=index_of)
+    assert plan == {"id0": 0, "id1": 0, "id2": 1, "id3": 1, "id4": 2}
+    assert ledger.record_row("id1", _row("id1", 1))
+    assert not (tmp_path / "checkpoint.json").exists()  # batch 0 not complete yet
+    assert ledger.record_discard("id0", {"prompt_index": 0, "assistant_turns": 2})
+    checkpoint = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert checkpoint["completed_prompts"] == [0, 1]
+    assert checkpoint["batch_stats"] == {"0": {"processed": 1, "skipped": 0, "discarded_no_reasoning": 1}}
+    ledger.record_failure("id2", 2, "ModelError", "HTTP 500", attempts=2)
+    ledger.record_row("id3", _row("id3", 3))
+    checkpoint = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert checkpoint["batch_stats"]["1"] == {"processed": 1, "skipped": 1, "discarded_no_reasoning": 0}
+    assert checkpoint["completed_prompts"] == [0, 1, 3]
+    ledger.close()
+    assert [r["metadata"]["batch_num"] for r in _lines(tmp_path / "batch_0.jsonl")] == [0]
+    assert _lines(tmp_path / "failures.jsonl")[0]["error_type"] == "ModelError"
+    assert oct(os.stat(tmp_path / "checkpoint.json").st_mode & 0o777) != "0o600"
+
+
+def test_writes_are_idempotent_by_prompt_identity(tmp_path):
+    ledger = RunLedger.open(tmp_path, "r")
+    ledger.plan([(0, "a")], batch_size=5, index_of={"a": 0})
+    assert ledger.record_row("a", _row("a", 0)) is True
+    assert ledger.record_row("a", _row("a", 0)) is False
+    assert ledger.record_discard("a", {"prompt_index": 0}) is False
+    ledger.close()
+    assert len(_lines(tmp_path / "batch_0.jsonl")) == 1
+
+
+def test_reopen_finds_finished_prompts_and_numbers_new_batches_after_old_ones(tmp_path):
+    ledger = RunLedger.open(tmp_path, "r")
+    ledger.plan([(0, "a"), (1, "b"), (2, "c")], batch_size=2, index_of={"a": 0, "b": 1, "c": 2})
+    ledger.record_row("a", _row("a", 0))
+    ledger.record_discard("c", {"prompt_index": 2})
+    ledger.close()
+    again = RunLedger.open(tmp_path, "r")
+    assert again.finished == {"a", "c"}
+    assert again.next_batch == 2  # after batch_0.jsonl and batch 1 of the checkpoint's batch_stats
+    plan = again.plan([(1, "b")], batch_size=2, index_of={"a": 0, "b": 1, "c": 2})
+    assert plan == {"b": 2}
+    again.record_row("b", _row("b", 1))
+    again.close()
+    assert len(_lines(tmp_path / "batch_0.jsonl")) == 1  # the old file is never appended to
+
+
+def test_torn_last_line_is_repaired_on_open(tmp_path):
+    good = json.dumps(_row("a", 0))
+    (tmp_path / "batch_0.jsonl").write_text(good + "\n" + good[:40], encoding="utf-8")
+    ledger = RunLedger.open(tmp_path, "r")
+    assert ledger.torn_bytes == 40
+    assert ledger.finished == {"a"}
+    assert (tmp_path / "batch_0.jsonl").read_text(encoding="utf-8") == good + "\n"
+
+
+def test_prompt_id_inside_conversation_text_is_not_mistaken_for_a_row(tmp_path):
+    row = _row("real", 0)
+    row["conversations"][0]["value"] = 'see {"prompt_id": "fake"} and , "prompt_id": "fake2"'
+    (tmp_path / "batch_0.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert RunLedger.open(tmp_path, "r").finished == {"real"}
+
+
+def test_run_lock_refuses_a_second_process(tmp_path):
+    with RunLock(tmp_path):
+        code = (
+            "import sys; from pathlib import Path; from tasks.ledger import RunLock, RunInUseError\n"
+            f"try:\n    RunLock(Path({str(tmp_path)!r})).__enter__()\nexcept RunInUseError as e:\n"
+            "    print(e); sys.exit(3)\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert proc.returncode == 3 and f"pid {os.getpid()}" in proc.stdout
+    with RunLock(tmp_path):  # released: can be taken again
+        pass
+    with pytest.raises(RunInUseError):
+        with RunLock(tmp_path):
+            with RunLock(tmp_path):
+                pass
