@@ -17,3 +17,116 @@ def mock_server():
 
     with MockServer() as server:
         yield server
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def conversation_key(prompt: str) -> str:
+    """The mock server's key of a conversation: sha256 of its first user message, 16 hex chars."""
+    import hashlib
+
+    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real ``prefect server`` (SQLite in a temp folder) on a free loopback port for the session.
+
+    Yields its API URL (``http://127.0.0.1:PORT/api``).
+    """
+    import shutil
+    import subprocess
+    import time
+
+    import httpx
+
+    home = tmp_path_factory.mktemp("prefect-server-home")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_UI_ENABLED": "false",
+    }
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "wb")
+    proc = subprocess.Popen(
+        [
+            shutil.which("prefect"),
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--analytics-off",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"prefect server did not start; see {home / 'server.log'}")
+        time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture
+def cli(prefect_server, tmp_path):
+    """Run the command line as a real subprocess against the session's Prefect server.
+
+    Returns ``run(*args, env=None, timeout=300) -> CompletedProcess`` with cwd = a temp folder.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    client_home = tmp_path / "prefect-client-home"
+    client_home.mkdir()
+
+    def run(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+        full_env = {
+            **os.environ,
+            "PREFECT_API_URL": prefect_server,
+            "PREFECT_HOME": str(client_home),
+            "HERMES_MAX_RETRIES": "1",
+            "COLUMNS": "200",
+            **(env or {}),
+        }
+        return subprocess.run(
+            [sys.executable, str(repo / "batch_runner.py"), *args],
+            cwd=tmp_path,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    run.cwd = tmp_path
+    run.api_url = prefect_server
+    return run

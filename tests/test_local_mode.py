@@ -1,0 +1,51 @@
+"""The README's main command, exactly as a newcomer runs it: no key, no server (Prefect's local API)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_readme_main_command_on_the_example_dataset(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPENROUTER_", "OPENAI_"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "batch_runner.py"),
+            f"--dataset_file={REPO / 'examples' / 'prompts.jsonl'}",
+            "--batch_size=5",
+            "--run_name=demo",
+            "--model=mock/scripted",
+            "--distribution=terminal_only",
+            "--num_workers=4",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "starting a local Prefect API" in proc.stderr
+    run = tmp_path / "data" / "demo"
+    rows = [
+        json.loads(line) for line in (run / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    dataset = (REPO / "examples" / "prompts.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(rows) == len(dataset) == 24
+    assert [r["conversations"][1]["value"] for r in rows] == [json.loads(line)["prompt"] for line in dataset]
+    stats = json.loads((run / "statistics.json").read_text())
+    assert stats["completed"] == 24 and stats["failed"] == 0
+    assert stats["tool_statistics"]["terminal"]["count"] == 24
+    # the first tool turn of the first prompt holds the real output of a real shell command
+    assert '"exit_code": 0' in rows[0]["conversations"][3]["value"]
