@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -101,6 +102,11 @@ def build_run_parser() -> argparse.ArgumentParser:
         "--retries", type=int, help="Prefect task retries after a transient failure (default: 1)"
     )
     ours.add_argument("--api_key_secret", help="name of a Prefect Secret block holding the API key")
+    ours.add_argument("--task_runner", help="where prompt tasks run: threads (default) or dask")
+    ours.add_argument(
+        "--dask_address", help="Dask scheduler for --task_runner=dask (default: a local cluster)"
+    )
+    ours.add_argument("--dask_workers", type=int, help="processes of the local Dask cluster (default: 2)")
     ours.add_argument(
         "--result_storage", help="task result cache folder (default: data/<run_name>/.prefect-results)"
     )
@@ -144,7 +150,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if missing:
         raise CliError(f"missing required flag(s): {', '.join(missing)}")
     try:
-        return BatchConfig(**values)
+        return BatchConfig(**values).for_date(datetime.now(UTC).date())
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first["loc"]) or "arguments"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.runner import RunSpec
 
 DEFAULT_MODEL = "anthropic/claude-sonnet-4.6"
-_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._{}:-]*$")
+_RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class BatchConfig(BaseModel):
@@ -85,6 +86,15 @@ class BatchConfig(BaseModel):
         default=None,
         description="Name of a Prefect Secret block holding the API key (instead of the environment).",
     )
+    task_runner: Literal["threads", "dask"] = Field(
+        default="threads",
+        description="Where prompt tasks run: the flow's thread pool, or Dask (prefect-dask).",
+    )
+    dask_address: str | None = Field(
+        default=None,
+        description="Address of a running Dask scheduler (tcp://host:8786); none = a local cluster.",
+    )
+    dask_workers: int = Field(default=2, ge=1, le=256, description="Processes of the local Dask cluster.")
     result_storage: str | None = Field(
         default=None,
         description="Task result cache: a folder (default data/<run_name>/.prefect-results) or block:<storage block slug>.",
@@ -112,14 +122,26 @@ class BatchConfig(BaseModel):
     @field_validator("run_name")
     @classmethod
     def _safe_run_name(cls, value: str) -> str:
-        if not _RUN_NAME_RE.match(value) or ".." in value:
-            raise ValueError(f"run_name {value!r} must be letters, digits, '.', '_' or '-' (no '/')")
+        if not _RUN_NAME_RE.match(value.replace("{date}", "0")) or ".." in value:
+            raise ValueError(
+                f"run_name {value!r} must be letters, digits, '.', '_' or '-' (no '/'); {{date}} is allowed"
+            )
         return value
 
     @model_validator(mode="after")
     def _load_prefill(self) -> BatchConfig:
         self._prefill = load_prefill(self.prefill_messages_file) if self.prefill_messages_file else []
         return self
+
+    def for_date(self, day: date) -> BatchConfig:
+        """This config with ``{date}`` in ``run_name`` replaced by ``day`` (YYYY-MM-DD).
+
+        A nightly deployment names its run ``nightly-{date}``: each scheduled night writes
+        its own run folder, and a retry of that night continues the same one.
+        """
+        if "{date}" not in self.run_name:
+            return self
+        return self.model_copy(update={"run_name": self.run_name.replace("{date}", day.isoformat())})
 
     @property
     def run_dir(self) -> Path:

@@ -10,9 +10,11 @@ cache, failed ones run again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,8 @@ def generate_trajectories(config: BatchConfig) -> State:
     """
     logger = get_run_logger()
     started = time.monotonic()
+    scheduled = flow_run.scheduled_start_time
+    config = config.for_date(scheduled.date() if scheduled else datetime.now(UTC).date())
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
     resume = config.resume or retried
     run_dir = config.run_dir
@@ -148,10 +152,42 @@ def result_storage(config: BatchConfig) -> Path | str:
     return Path(value or config.run_dir / ".prefect-results").resolve()
 
 
+def prompt_task_runner(config: BatchConfig):
+    """The task runner of the prompt tasks: None = the flow's thread pool, else a ``DaskTaskRunner``.
+
+    ``dask`` uses the scheduler at ``dask_address``, or starts a local multi-process cluster of
+    ``dask_workers`` processes (threads per process so that ``num_workers`` prompts fit). Dask
+    workers reach Prefect through ``PREFECT_API_URL``: use a real server with Dask.
+    """
+    if config.task_runner != "dask":
+        return None
+    from prefect_dask import DaskTaskRunner
+
+    if config.dask_address:
+        return DaskTaskRunner(address=config.dask_address)
+    threads = max(1, -(-config.num_workers // config.dask_workers))
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": config.dask_workers,
+            "threads_per_worker": threads,
+            "processes": True,
+            "dashboard_address": None,
+        }
+    )
+
+
 def _run_prompts(
     config: BatchConfig, pending: list[PromptJob], ledger: RunLedger, progress: RunProgress
 ) -> list[str]:
     """Keep ``num_workers`` prompt tasks in flight; record each outcome as it arrives. Returns failed ids."""
+    with contextlib.ExitStack() as stack:
+        runner = prompt_task_runner(config)
+        if runner is not None:
+            stack.enter_context(runner)
+        return _sliding_window(config, pending, ledger, progress, runner)
+
+
+def _sliding_window(config, pending, ledger, progress, runner) -> list[str]:
     task = run_prompt_task.with_options(retries=config.retries, result_storage=result_storage(config))
     spec = config.run_spec()
     done: queue.SimpleQueue = queue.SimpleQueue()
@@ -163,7 +199,8 @@ def _run_prompts(
         job = next(queued, None)
         if job is None:
             return False
-        future = task.submit(job, spec, config.api_key_secret)
+        parameters = {"job": job, "spec": spec, "api_key_secret": config.api_key_secret}
+        future = runner.submit(task, parameters) if runner else task.submit(**parameters)
         future.add_done_callback(lambda fut, job=job: done.put((job, fut)))
         return True
 

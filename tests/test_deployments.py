@@ -1,0 +1,362 @@
+"""Deployments for real: prefect server (SQLite and PostgreSQL), process work pool, worker, prefect.yaml.
+
+Each stack (database, server with its UI, deployment, worker) is started by the
+fixture on free loopback ports and stopped by it, also when a test fails. The
+flow runs reach the mock model server of this test process over HTTP, so the
+tests count the requests each prompt made.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import conversation_key, free_port
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def _stop(proc: subprocess.Popen, first=signal.SIGINT, grace: float = 15) -> None:
+    """Stop a process group: SIGINT (the worker may ignore SIGTERM), then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, first)
+        proc.wait(timeout=grace)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+
+class Postgres:
+    """A private PostgreSQL cluster in a temp folder (Debian's packages), as the notes describe."""
+
+    def __init__(self):
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not bins:
+            if os.environ.get("CI"):
+                raise RuntimeError("PostgreSQL is not installed: .ci/run must install Debian's postgresql")
+            pytest.skip("PostgreSQL not installed (apt-get install postgresql)")
+        self.bin = Path(bins[-1]).parent
+        # outside pytest's 0700 root-owned temp tree, so that the postgres user can reach it
+        self.root = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
+        self.port = free_port()
+        shutil.chown(self.root, "postgres")
+
+    def _as_postgres(self, *args: str) -> None:
+        subprocess.run(["su", "postgres", "-c", " ".join(args)], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> str:
+        data = self.root / "data"
+        self._as_postgres(f"{self.bin}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
+        opts = f"'-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1'"
+        self._as_postgres(
+            f"{self.bin}/pg_ctl", "-D", str(data), "-o", opts, "-l", str(self.root / "log"), "-w", "start"
+        )
+        self._as_postgres(
+            f"{self.bin}/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "prefect"
+        )
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/prefect"
+
+    def stop(self) -> None:
+        subprocess.run(
+            ["su", "postgres", "-c", f"{self.bin}/pg_ctl -D {self.root / 'data'} stop -m fast"],
+            capture_output=True,
+            timeout=60,
+        )
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Stack:
+    """Server + deployments + worker; ``api`` is the server's API URL."""
+
+    def __init__(self, root: Path, database_url: str | None):
+        self.root = root
+        self.port = free_port()
+        self.api = f"http://127.0.0.1:{self.port}/api"
+        self.env = {
+            **os.environ,
+            "PREFECT_HOME": str(root / "prefect-home"),
+            "PREFECT_API_URL": self.api,
+            "PREFECT_UI_API_URL": self.api,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "HERMES_BATCH_HOME": str(REPO),
+            "HERMES_MAX_RETRIES": "1",
+        }
+        if database_url:
+            self.env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = database_url
+        self.procs: list[subprocess.Popen] = []
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "wb")
+        proc = subprocess.Popen(
+            [shutil.which("prefect"), *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> Stack:
+        server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(self.api + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, (
+                self.root / "server.log"
+            ).read_text()
+            time.sleep(0.5)
+        deploy = subprocess.run(
+            [str(REPO / "deployments" / "deploy.sh")],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
+        self._spawn("worker", "worker", "start", "--pool", "hermes-batch")
+        return self
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            _stop(proc)
+
+    def run_deployment(self, name: str, config: dict) -> str:
+        """``prefect deployment run`` with the config parameter; returns the flow run id."""
+        proc = subprocess.run(
+            [shutil.which("prefect"), "deployment", "run", f"generate-trajectories/{name}",
+             "--params", json.dumps({"config": config})],
+            env=self.env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return re.search(r"UUID:\s*([0-9a-f-]{36})", proc.stdout).group(1)
+
+    def wait(self, flow_run_id: str, timeout: float = 180) -> dict:
+        """Poll the flow run until it is in a terminal state; returns it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = httpx.get(f"{self.api}/flow_runs/{flow_run_id}", timeout=10).json()
+            if run["state"]["type"] in TERMINAL:
+                return run
+            time.sleep(0.5)
+        raise AssertionError(
+            f"flow run {flow_run_id} not finished: {run['state']}; see {self.root}/worker.log"
+        )
+
+    def retry_like_the_ui(self, flow_run_id: str) -> None:
+        """The request the Prefect UI's Retry button sends."""
+        reply = httpx.post(
+            f"{self.api}/flow_runs/{flow_run_id}/set_state",
+            json={
+                "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"},
+                "force": False,
+            },
+            timeout=30,
+        )
+        assert reply.status_code in (200, 201) and reply.json()["status"] == "ACCEPT", reply.text
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def stack(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"stack-{request.param}")
+    database = None
+    if request.param == "postgres":
+        database = Postgres()
+        url = database.start()
+    else:
+        url = None
+    deployed = Stack(root, url)
+    try:
+        yield deployed.start()
+    finally:
+        deployed.stop()
+        if database:
+            database.stop()
+
+
+def _dataset(path: Path, prompts: list[str]) -> str:
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    return str(path)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _requests(server, prompt: str) -> int:
+    return server.stats()["by_conversation"].get(conversation_key(prompt), 0)
+
+
+def test_deployment_run_with_parameters(stack, mock_server, tmp_path):
+    prompts = [f"deployment run prompt {i} ({stack.api})" for i in range(4)]
+    config = {
+        "dataset_file": _dataset(tmp_path / "d.jsonl", prompts),
+        "batch_size": 3,
+        "run_name": "deployed",
+        "model": "mock/scripted",
+        "base_url": mock_server.base_url,
+        "distribution": "terminal_only",
+        "output_dir": str(tmp_path / "data"),
+    }
+    run = stack.wait(stack.run_deployment("generate", config))
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    assert run["parameters"]["config"]["run_name"] == "deployed"
+    rows = _rows(tmp_path / "data" / "deployed" / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in rows] == prompts
+    assert all(r["completed"] and r["api_calls"] == 3 for r in rows)
+    assert [_requests(mock_server, p) for p in prompts] == [3] * 4
+    stats = json.loads((tmp_path / "data" / "deployed" / "statistics.json").read_text())
+    assert stats["completed"] == 4 and stats["failed"] == 0
+    artifacts = httpx.post(
+        f"{stack.api}/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}
+    ).json()
+    assert {a["key"] for a in artifacts} >= {"deployed-progress", "deployed-tool-stats", "deployed-summary"}
+
+
+def _failing_config(
+    tmp_path: Path, mock_server, tag: str, gate: Path, run_name: str
+) -> tuple[dict, list[str]]:
+    prompts = [f"{tag} prompt {i}" for i in range(5)]
+    prompts[2] = f"[mock:fail_file={gate}] {tag} prompt 2"
+    config = {
+        "dataset_file": _dataset(tmp_path / "f.jsonl", prompts),
+        "batch_size": 2,
+        "run_name": run_name,
+        "model": "mock/scripted",
+        "base_url": mock_server.base_url,
+        "distribution": "terminal_only",
+        "output_dir": str(tmp_path / "data"),
+        "retries": 0,
+    }
+    return config, prompts
+
+
+def test_failed_run_then_ui_style_retry_reruns_only_failed_prompts(stack, mock_server, tmp_path):
+    gate = tmp_path / "provider-down"
+    gate.write_text("down")
+    config, prompts = _failing_config(tmp_path, mock_server, f"retry {stack.port}", gate, "retried")
+    flow_run_id = stack.run_deployment("generate", config)
+    run = stack.wait(flow_run_id)
+    assert run["state"]["type"] == "FAILED"
+    assert run["state"]["message"].startswith("1 of 5 prompts failed")
+    before = [_requests(mock_server, p) for p in prompts]
+    assert [before[i] for i in (0, 1, 3, 4)] == [3, 3, 3, 3]
+
+    gate.unlink()
+    stack.retry_like_the_ui(flow_run_id)
+    run = stack.wait(flow_run_id)
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    assert run["run_count"] == 2
+    after = [_requests(mock_server, p) for p in prompts]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 3, 0, 0]
+    rows = _rows(tmp_path / "data" / "retried" / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in rows] == prompts
+
+
+def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
+    deployment = httpx.get(f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
+    schedules = [s["schedule"] for s in deployment["schedules"]]
+    assert schedules == [{"cron": "0 2 * * *", "timezone": "UTC", "day_or": True}]
+    assert deployment["parameters"]["config"]["run_name"] == "nightly-{date}"
+
+    gate = tmp_path / "night-provider-down"
+    gate.write_text("down")
+    config, prompts = _failing_config(tmp_path, mock_server, f"nightly {stack.port}", gate, "nightly-{date}")
+    scheduled = datetime(2026, 1, 15, 2, 0, tzinfo=UTC)
+    reply = httpx.post(
+        f"{stack.api}/deployments/{deployment['id']}/create_flow_run",
+        json={
+            "parameters": {"config": config},
+            "state": {"type": "SCHEDULED", "state_details": {"scheduled_time": scheduled.isoformat()}},
+        },
+    )
+    assert reply.status_code in (200, 201), reply.text
+    flow_run_id = reply.json()["id"]
+    assert stack.wait(flow_run_id)["state"]["type"] == "FAILED"
+    night = tmp_path / "data" / "nightly-2026-01-15"
+    assert len(_rows(night / "trajectories.jsonl")) == 4
+
+    gate.unlink()  # a retried night continues the same run folder
+    stack.retry_like_the_ui(flow_run_id)
+    assert stack.wait(flow_run_id)["state"]["type"] == "COMPLETED"
+    assert [r["conversations"][1]["value"] for r in _rows(night / "trajectories.jsonl")] == prompts
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["nightly-2026-01-15"]
+
+
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)  # same UI and API call on either database
+def test_retry_clicked_in_the_real_ui(stack, mock_server, tmp_path):
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        if os.environ.get("CI"):
+            raise RuntimeError("chromium missing: .ci/run must install Debian's chromium")
+        pytest.skip("chromium not installed")
+    from playwright.sync_api import sync_playwright
+
+    gate = tmp_path / "ui-provider-down"
+    gate.write_text("down")
+    config, prompts = _failing_config(tmp_path, mock_server, f"ui {stack.port}", gate, "ui-retried")
+    flow_run_id = stack.run_deployment("generate", config)
+    assert stack.wait(flow_run_id)["state"]["type"] == "FAILED"
+    before = [_requests(mock_server, p) for p in prompts]
+    gate.unlink()
+
+    artifacts = REPO / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=chromium,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"],
+        )  # fmt: skip
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+            page = context.new_page()
+            page.goto(f"http://127.0.0.1:{stack.port}/runs/flow-run/{flow_run_id}", wait_until="networkidle")
+            page.get_by_role("button", name="Retry", exact=True).click()
+            page.get_by_role("dialog").get_by_role("button", name="Retry").click()
+            run = {}
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                run = httpx.get(f"{stack.api}/flow_runs/{flow_run_id}").json()
+                if run["run_count"] == 2 and run["state"]["type"] in TERMINAL:
+                    break
+                time.sleep(0.5)
+            page.reload(wait_until="networkidle")
+            page.screenshot(path=str(artifacts / "ui-retry.png"), full_page=True)
+        finally:
+            browser.close()
+    assert run["state"]["type"] == "COMPLETED", run["state"]
+    states = httpx.get(f"{stack.api}/flow_run_states/", params={"flow_run_id": flow_run_id}).json()
+    names = [s["name"] for s in sorted(states, key=lambda s: s["timestamp"])]
+    assert "AwaitingRetry" in names and names[-1] == "Completed", names
+    after = [_requests(mock_server, p) for p in prompts]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 3, 0, 0]
+    assert (artifacts / "ui-retry.png").stat().st_size > 10_000
