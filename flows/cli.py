@@ -193,6 +193,14 @@ def preflight(config: Any) -> int:
         raise CliError(str(exc)) from None
     for line, reason in dataset.invalid:
         print(f"warning: skipping line {line} of {config.dataset_file}: {reason}", file=sys.stderr)
+    if config.run_dir.is_dir():  # the flow takes the lock for real; this only fails early and clearly
+        from tasks.ledger import RunInUseError, RunLock
+
+        try:
+            with RunLock(config.run_dir):
+                pass
+        except RunInUseError as exc:
+            raise CliError(str(exc)) from None
     if not config.overwrite:
         try:
             check_run_dir(config.run_dir, config.defining_settings(), resume=config.resume, overwrite=False)

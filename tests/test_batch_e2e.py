@@ -338,3 +338,13 @@ def test_api_key_never_leaves_the_process(cli, mock_server):
     assert "keyrun" in logs and secret not in logs
     artifacts = httpx.post(f"{cli.api_url}/artifacts/filter", json={}).text
     assert "keyrun" in artifacts and secret not in artifacts
+
+
+def test_a_second_invocation_on_a_run_in_use_refuses(cli, mock_server):
+    from tasks.ledger import RunLock
+
+    dataset = _write_dataset(cli.cwd / "lock.jsonl", ["lock prompt"])
+    with RunLock(cli.cwd / "data" / "locked"):
+        proc = cli(*_args(dataset, "locked", mock_server))
+    assert proc.returncode == 2 and "is in use by another invocation" in proc.stderr
+    assert _requests(mock_server, "lock prompt") == 0
