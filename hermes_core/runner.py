@@ -20,6 +20,7 @@ from hermes_core.environments import create_environment
 from hermes_core.mockllm import ensure_mock_server, is_mock_model
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ToolContext, offered_tools
+from hermes_core.tools._registry import ModelEndpoint
 from hermes_core.trajectory import to_sharegpt, tool_statistics
 
 
@@ -122,7 +123,8 @@ def run_prompt(
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
     with env:
-        ctx = ToolContext(env=env, settings=settings, deadline=deadline)
+        endpoint = ModelEndpoint(base_url=client.base_url, api_key=settings.api_key, model=spec.model.model)
+        ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
         try:
             result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
         finally:

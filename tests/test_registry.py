@@ -87,7 +87,8 @@ def test_json_types_and_enums_follow_the_reference():
 
 
 def test_only_configured_toolsets_are_offered():
-    tools, unavailable = offered_tools(["terminal", "file", "web", "browser"], HermesSettings())
+    settings = HermesSettings(browser_executable_path="/nonexistent/chromium")
+    tools, unavailable = offered_tools(["terminal", "file", "web", "browser"], settings)
     assert [t.name for t in tools] == [
         "terminal",
         "process",
@@ -101,7 +102,8 @@ def test_only_configured_toolsets_are_offered():
         "web_extract",
         *(n for n in REFERENCE if n.startswith("browser_")),
     }
-    assert unavailable["web_search"] == "toolset 'web' has no backend configured in this version"
+    assert unavailable["web_search"].startswith("no web backend configured: set FIRECRAWL_API_KEY")
+    assert unavailable["browser_click"].startswith("Chromium not found (/nonexistent/chromium)")
 
 
 def test_invalid_arguments_become_an_error_result_naming_the_field():

@@ -2,13 +2,18 @@
 
 Everything here is a pure function of the request, the options and the
 conversation's request counter; the only other input is ``time.time()`` in
-``created``. Tool choice follows a fixed plan over the offered tools (terminal
-command, write a file, read it back, search), falling back to arguments
-generated from the offered tool's JSON schema.
+``created``. Tool choice follows a scenario when the prompt asks for one and
+its tools are offered (browse a page and click through it, search the web and
+extract a page, analyse an image, generate an image, ask a mixture of agents;
+URLs come from the prompt or the ``url`` / ``image_url`` options), else a fixed
+plan over the offered tools (terminal command, write a file, read it back,
+search), falling back to arguments generated from the offered tool's JSON schema.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -223,6 +228,218 @@ def offered_tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return offered
 
 
+# ----------------------------------------------------------------------------- scenarios
+
+_URL_RE = re.compile(r"https?://[^\s\"'<>\]\)]+")
+_IMAGE_URL_RE = re.compile(r"\.(png|jpe?g|gif|webp)(\?[^\s]*)?$", re.IGNORECASE)
+_REF_LINE_RE = re.compile(r"- (\w+)[^\n]*?\[ref=((?:f\d+)?e\d+)\]")
+
+SCENARIO_KEYWORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("browser", re.compile(r"\b(browse|browser|click|website|web ?page|fill in|form)\b", re.IGNORECASE)),
+    (
+        "image_gen",
+        re.compile(
+            r"\b(draw|paint|illustrate|(generate|create|make) an? (image|picture|drawing))\b", re.IGNORECASE
+        ),
+    ),
+    ("vision", re.compile(r"\b(describe|analy[sz]e|look at|inspect)\b", re.IGNORECASE)),
+    ("web", re.compile(r"\b(search|look up|find online|news|extract|web)\b", re.IGNORECASE)),
+    (
+        "moa",
+        re.compile(r"\b(think hard|experts?|several models|hard problem|puzzle|mixture)\b", re.IGNORECASE),
+    ),
+)
+"""Scenario chosen from the prompt's words: the first whose pattern matches and whose first tool is offered."""
+
+SCENARIO_STEPS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "browser": (
+        ("browser_navigate",),
+        ("browser_type",),
+        ("browser_click",),
+        ("browser_snapshot", "browser_console", "browser_get_images"),
+        ("browser_scroll",),
+        ("browser_press",),
+        ("browser_back",),
+        ("browser_vision",),
+    ),
+    "web": (("web_search",), ("web_extract",)),
+    "vision": (("vision_analyze",),),
+    "image_gen": (("image_generate",),),
+    "moa": (("mixture_of_agents",),),
+}
+"""Tool calls of each scenario: groups of calls made in one turn, in order; a step is skipped when its
+tool is not offered or its data is missing (the browser scenario takes 8 tool turns and a final answer)."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What the scenario steps read: prompt text, options, tools called so far and their results."""
+
+    text: str
+    words: str
+    options: MockOptions
+    called: tuple[str, ...]
+    results: tuple[str, ...]
+
+
+def read_conversation(messages: list[Any], options: MockOptions) -> Conversation:
+    """Prompt text (directives removed), tool names already called and tool results, in order."""
+    called: list[str] = []
+    results: list[str] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        if msg.get("role") == "assistant":
+            for call in msg.get("tool_calls") or []:
+                fn = (call.get("function") or {}) if isinstance(call, dict) else {}
+                called.append(str(fn.get("name", "")))
+        elif msg.get("role") == "tool":
+            results.append(message_text(msg.get("content")))
+    text = strip_directives(message_text(first_user_content(messages)))
+    return Conversation(
+        text=text,
+        words=prompt_words(_URL_RE.sub(" ", text)),
+        options=options,
+        called=tuple(called),
+        results=tuple(results),
+    )
+
+
+def page_url(conv: Conversation) -> str | None:
+    """The page of the browser/web scenarios: option ``url``, else the prompt's first non-image URL."""
+    if conv.options.url:
+        return conv.options.url
+    return next((u for u in _URL_RE.findall(conv.text) if not _IMAGE_URL_RE.search(u)), None)
+
+
+def image_url(conv: Conversation) -> str | None:
+    """The image of the vision scenario: option ``image_url``, else the prompt's first image URL."""
+    if conv.options.image_url:
+        return conv.options.image_url
+    return next((u for u in _URL_RE.findall(conv.text) if _IMAGE_URL_RE.search(u)), None)
+
+
+def choose_scenario(conv: Conversation, offered: dict[str, dict[str, Any]]) -> str | None:
+    """The scenario of this conversation: option ``scenario``, else the first keyword match whose tools are offered."""
+    if conv.options.scenario == "none":
+        return None
+    if conv.options.scenario:
+        return conv.options.scenario
+    for name, pattern in SCENARIO_KEYWORDS:
+        groups = SCENARIO_STEPS[name] if name == "web" else SCENARIO_STEPS[name][:1]
+        steps = [step for group in groups for step in group]
+        if pattern.search(conv.text) and any(_step_args(name, s, conv, offered) is not None for s in steps):
+            return name
+    return None
+
+
+def _latest_refs(conv: Conversation) -> list[tuple[str, str]]:
+    """(role, ref) of the elements in the most recent tool result that holds a snapshot."""
+    for result in reversed(conv.results):
+        try:
+            data = json.loads(result)
+        except ValueError:
+            continue
+        snapshot = data.get("snapshot") if isinstance(data, dict) else None
+        if isinstance(snapshot, str) and "[ref=" in snapshot:
+            return _REF_LINE_RE.findall(snapshot)
+    return []
+
+
+def _search_url(conv: Conversation) -> str | None:
+    for result in reversed(conv.results):
+        try:
+            web = json.loads(result)["data"]["web"]
+            return web[0]["url"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            continue
+    return None
+
+
+def _step_args(scenario: str, name: str, conv: Conversation, offered: dict[str, dict[str, Any]]):
+    """Arguments of step ``name`` now, or None when the tool is not offered or the data is missing."""
+    if name not in offered:
+        return None
+    words = conv.words
+    if scenario == "browser" or name.startswith("browser_"):
+        refs = _latest_refs(conv)
+        by_role = lambda *roles: next((f"@{ref}" for role, ref in refs if role in roles), None)  # noqa: E731
+        if name == "browser_navigate":
+            url = page_url(conv)
+            return {"url": url} if url else None
+        if name == "browser_type":
+            ref = by_role("textbox", "searchbox")
+            return {"ref": ref, "text": words} if ref else None
+        if name == "browser_click":
+            ref = by_role("button") or by_role("link")
+            return {"ref": ref} if ref else None
+        return {
+            "browser_snapshot": {"full": False},
+            "browser_console": {"clear": False},
+            "browser_get_images": {},
+            "browser_scroll": {"direction": "down"},
+            "browser_press": {"key": "Tab"},
+            "browser_back": {},
+            "browser_vision": {"question": "What does this page show?"},
+        }.get(name)
+    if name == "web_search":
+        return {"query": words, "limit": 3}
+    if name == "web_extract":
+        url = page_url(conv) or _search_url(conv)
+        return {"urls": [url]} if url else None
+    if name == "vision_analyze":
+        url = image_url(conv)
+        return {"image_url": url, "question": f"What is shown? The user asks: {words}"} if url else None
+    if name == "image_generate":
+        return {"prompt": words, "aspect_ratio": "square"}
+    if name == "mixture_of_agents":
+        return {"user_prompt": conv.text.strip() or words}
+    return None
+
+
+def scenario_calls(
+    scenario: str, conv: Conversation, offered: dict[str, dict[str, Any]], count: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """The next calls of ``scenario``: the first group with steps not called yet whose arguments are
+    known, then more groups while fewer than ``count`` (the ``parallel`` option) calls are planned."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    taken = set(conv.called)
+    for group in SCENARIO_STEPS.get(scenario, ()):
+        if calls and len(calls) >= count:
+            break
+        for name in group:
+            args = None if name in taken else _step_args(scenario, name, conv, offered)
+            if args is not None:
+                calls.append((name, args))
+                taken.add(name)
+    return calls
+
+
+def describe_images(content: Any) -> str | None:
+    """What the mock "sees" in a message's image parts: type, size and sha256 of each data: URL image."""
+    if not isinstance(content, list):
+        return None
+    seen = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "image_url":
+            continue
+        url = str((part.get("image_url") or {}).get("url", ""))
+        match = re.match(r"data:([\w.+/-]+);base64,(.*)$", url, re.DOTALL)
+        if match:
+            try:
+                data = base64.b64decode(match.group(2))
+            except (binascii.Error, ValueError):
+                seen.append("an undecodable image")
+                continue
+            digest = hashlib.sha256(data).hexdigest()[:16]
+            seen.append(f"{match.group(1)}, {len(data)} bytes, sha256 {digest}")
+        else:
+            seen.append(f"an image at {url}")
+    if not seen:
+        return None
+    return f"I see {len(seen)} image(s): " + "; ".join(seen) + "."
+
+
 # ----------------------------------------------------------------------------- response
 
 
@@ -289,12 +506,27 @@ def completion(
     wants_tools = bool(offered) and (
         options.loop or body.get("tool_choice") == "required" or k < options.turns
     )
+    conv = read_conversation(messages, options)
+    scenario = choose_scenario(conv, offered) if offered else None
+    planned = scenario_calls(scenario, conv, offered, options.parallel) if scenario else []
+    if scenario and "turns" not in options.model_fields_set:
+        # a scenario runs to its end unless the turns option says otherwise
+        wants_tools = bool(planned) or (
+            bool(offered) and (options.loop or body.get("tool_choice") == "required")
+        )
     message: dict[str, Any] = {"role": "assistant", "content": None}
     out_chars = 0
     if wants_tools:
         calls = []
-        for i in range(options.parallel):
-            name, args = plan_call(k * options.parallel + i, offered, turn.words)
+        for i in range(max(options.parallel, len(planned))):
+            if planned:
+                if i >= len(planned):
+                    break
+                name, args = planned[i]
+            else:
+                name, args = plan_call(k * options.parallel + i, offered, turn.words)
+            if options.command and name == "terminal" and k == 0 and i == 0:
+                args = {**args, "command": options.command}
             arguments = json.dumps(args, ensure_ascii=False)
             if k < options.unknown_tool:
                 name = UNKNOWN_TOOL_NAME
@@ -324,6 +556,9 @@ def completion(
             reasoning = f"I have {turn.tool_results} tool result(s); that is enough to answer."
         else:
             content = f'Answer to "{turn.words}": this is the mock model\'s deterministic reply.'
+            seen = describe_images(first_user_content(messages))
+            if seen:
+                content = f'Answer to "{turn.words}": {seen}'
             reasoning = f'The user asks about "{turn.words}"; I can answer directly without tools.'
         finish_reason = "stop"
         if options.length:

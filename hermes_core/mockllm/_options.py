@@ -19,6 +19,7 @@ from hermes_core.exceptions import ConfigError
 MOCK_PREFIX = "mock/"
 
 ReasoningStyle = Literal["field", "reasoning_content", "details", "think", "scratchpad"]
+Scenario = Literal["browser", "web", "vision", "image_gen", "moa", "none"]
 
 _DIRECTIVE_RE = re.compile(r"\[mock:([^\]]*)\]")
 
@@ -72,6 +73,25 @@ class MockOptions(BaseModel):
     )
     loop: bool = Field(False, description="Always call tools, never give a final answer.")
     length: bool = Field(False, description='The final answer is cut: finish_reason "length".')
+    command: str | None = Field(
+        None,
+        description="Command of the first turn's terminal call instead of the plan's `ls -la && echo ...` "
+        "(in a prompt directive it cannot contain `,` or `]`).",
+    )
+    url: str | None = Field(
+        None,
+        description="Page the browser and web scenarios open or extract; default: the first non-image URL of the prompt.",
+    )
+    image_url: str | None = Field(
+        None, description="Image the vision scenario analyses; default: the first image URL of the prompt."
+    )
+    scenario: Scenario | None = Field(
+        None,
+        description=(
+            "Tool scenario to follow (browser, web, vision, image_gen, moa); default: chosen from the prompt's "
+            "words among the offered tools. Without an explicit turns option a scenario runs to its end."
+        ),
+    )
 
 
 OPTION_NAMES: tuple[str, ...] = tuple(MockOptions.model_fields)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 
 from hermes_core.environments import Environment
 from hermes_core.exceptions import PromptTimeout, ToolError
@@ -27,6 +27,21 @@ from hermes_core.settings import HermesSettings
 
 Availability = Callable[[HermesSettings], str | None]
 """Returns None when the tool can be offered, else the reason it cannot."""
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """The run's model: what auxiliary tools (vision, moa) use unless settings name their own.
+
+    Attributes:
+        base_url: OpenAI-compatible endpoint of the run (the built-in mock server for ``mock/`` models).
+        api_key: the run's key (None for local endpoints that need none).
+        model: the run's model id.
+    """
+
+    base_url: str
+    api_key: SecretStr | None
+    model: str
 
 
 @dataclass
@@ -39,11 +54,13 @@ class ToolContext:
         deadline: ``time.monotonic()`` value after which the prompt is out of time, or None.
         state: per-prompt state owned by tools (e.g. background processes), keyed by tool name.
         cleanups: callables run by :meth:`close` before the environment is torn down.
+        model_endpoint: the run's model endpoint, key and id (None outside a run).
     """
 
     env: Environment
     settings: HermesSettings
     deadline: float | None = None
+    model_endpoint: ModelEndpoint | None = None
     state: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
 
