@@ -28,6 +28,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie left for a non-reaping init counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_dead(pid: int, seconds: float = 3.0) -> bool:
+    """Wait up to ``seconds`` for ``pid`` to end; True when it did."""
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and process_alive(pid):
+        time.sleep(0.05)
+    return not process_alive(pid)
+
+
 def conversation_key(prompt: str) -> str:
     """The mock server's key of a conversation: sha256 of its first user message, 16 hex chars."""
     import hashlib

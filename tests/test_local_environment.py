@@ -11,25 +11,7 @@ from hermes_core.environments import Environment, ExecResult, create_environment
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie left for a non-reaping init counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _wait_dead(pid: int, seconds: float = 3.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
+from tests.conftest import process_alive, wait_dead
 
 
 def _read_pid(env: LocalEnvironment, name: str, seconds: float = 3.0) -> int:
@@ -103,7 +85,7 @@ def test_timeout_kills_the_process_tree_and_keeps_partial_output():
         assert result.output == "partial\n"
         assert elapsed < 4
         grandchild = _read_pid(env, "gc.pid")
-        assert _wait_dead(grandchild)
+        assert wait_dead(grandchild)
 
 
 def test_default_timeout_comes_from_settings():
@@ -146,10 +128,10 @@ def test_teardown_on_error_removes_tempdir_and_kills_processes():
             cwd = env.cwd
             env.execute("sleep 30 >/dev/null 2>&1 & echo $! > bg.pid")
             pid = _read_pid(env, "bg.pid")
-            assert _alive(pid)
+            assert process_alive(pid)
             raise RuntimeError("boom")
     assert not os.path.exists(cwd)
-    assert _wait_dead(pid)
+    assert wait_dead(pid)
 
 
 def test_given_cwd_is_created_and_kept(tmp_path):

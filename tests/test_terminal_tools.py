@@ -11,23 +11,7 @@ from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import PromptTimeout
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, TOOLSETS, ToolContext
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie left for a non-reaping init counts as dead)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _wait_dead(pid: int, seconds: float = 3.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and _alive(pid):
-        time.sleep(0.05)
-    return not _alive(pid)
+from tests.conftest import process_alive, wait_dead
 
 
 @pytest.fixture
@@ -178,11 +162,11 @@ def test_wait_times_out_then_kill_and_list(ctx):
 
     killed = call(ctx, "process", action="kill", session_id=first["session_id"])
     assert killed["status"] == "killed"
-    assert _wait_dead(first["pid"])
+    assert wait_dead(first["pid"])
     poll = call(ctx, "process", action="poll", session_id=first["session_id"])
     assert poll["status"] == "exited" and poll["exit_code"] == 137
     assert call(ctx, "process", action="kill", session_id=first["session_id"])["status"] == "already_exited"
-    assert _alive(second["pid"])
+    assert process_alive(second["pid"])
 
 
 def test_process_errors(ctx):
@@ -209,7 +193,7 @@ def test_cleanup_kills_leftovers(ctx):
     assert len(ctx.cleanups) == 1
     call(ctx, "terminal", command="sleep 30", background=True)
     assert len(ctx.cleanups) == 1  # one cleanup per prompt, not per process
-    assert _alive(started["pid"]) and _alive(grandchild)
+    assert process_alive(started["pid"]) and process_alive(grandchild)
     ctx.close()
-    assert _wait_dead(started["pid"]) and _wait_dead(grandchild)
+    assert wait_dead(started["pid"]) and wait_dead(grandchild)
     assert ctx.env.execute(f"test -e {state_dir}").returncode == 1
