@@ -215,6 +215,13 @@ def preflight(config: Any) -> int:
         and not HermesSettings().api_key
     ):
         raise CliError(f"no API key for {base}: set OPENROUTER_API_KEY or OPENAI_API_KEY, or pass --api_key")
+    if (config.terminal_env or HermesSettings().terminal_env) == "docker":  # one line, not one per prompt
+        from hermes_core.environments.docker import EngineUnavailable, ping_engine
+
+        try:
+            ping_engine()
+        except EngineUnavailable as exc:
+            raise CliError(str(exc)) from None
     return len(dataset.records)
 
 

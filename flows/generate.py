@@ -30,6 +30,7 @@ from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tasks.dataset import Dataset, read_dataset
+from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from tasks.prompt import run_prompt_task
@@ -111,6 +112,8 @@ def generate_trajectories(config: BatchConfig) -> State:
         pending = [job for job in jobs if job.prompt_id not in finished]
         index_of = {job.prompt_id: job.prompt_index for job in jobs}
         ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
+        backend = config.terminal_env or HermesSettings().terminal_env  # docker: reap leftovers, check images
+        pending, image_failed = prepare_sandboxes(config.run_name, pending, backend, ledger)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
         logger.info(
@@ -120,7 +123,7 @@ def generate_trajectories(config: BatchConfig) -> State:
         progress = RunProgress(
             config.run_name, total=len(pending), already_finished=len(jobs) - len(pending)
         ).open()
-        failed = _run_prompts(config, pending, ledger, progress)
+        failed = image_failed + _run_prompts(config, pending, ledger, progress)
         ledger.write_checkpoint()
         ledger.close()
 

@@ -1,8 +1,9 @@
 """Per-prompt sandboxes behind one small protocol, chosen by name and imported lazily.
 
 Every backend implements :class:`Environment`; none inherits from it. Backends:
-``local`` (a fresh temporary directory per prompt, plain subprocesses),
-and later ``docker``, ``singularity`` and ``modal``.
+``local`` (a fresh temporary directory per prompt, plain subprocesses, optionally
+bubblewrap), ``docker`` (a container per prompt), ``singularity`` (an Apptainer
+instance per prompt) and ``modal`` (a Modal Sandbox per prompt); see docs/sandboxes.md.
 
 Examples:
     >>> with create_environment("local") as env:
@@ -77,6 +78,9 @@ class Environment(Protocol):
 # name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
     "local": "hermes_core.environments.local:LocalEnvironment",
+    "docker": "hermes_core.environments.docker:DockerEnvironment",
+    "singularity": "hermes_core.environments.singularity:SingularityEnvironment",
+    "modal": "hermes_core.environments.modal:ModalEnvironment",
 }
 
 

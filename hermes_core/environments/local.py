@@ -5,6 +5,12 @@ state: no ``os.chdir``, no environment mutation. Each command runs in its own
 process group (``start_new_session=True``) so a timeout or :meth:`LocalEnvironment.close`
 kills the whole tree, grandchildren included.
 
+Isolation (``settings.local_isolation``): with ``bwrap`` each command runs in a
+bubblewrap sandbox: read-only ``/usr`` and ``/etc``, the prompt's directory and a
+private ``/tmp`` writable, nothing else of the host visible, no network, a clean
+environment (no API keys), its own PID namespace (so background processes end with
+their command). The file methods see the same view.
+
 Examples:
     >>> with LocalEnvironment() as env:
     ...     env.execute("echo hi").output
@@ -90,6 +96,8 @@ class LocalEnvironment:
         self._requested_cwd = cwd
         self.cwd = ""
         self._tempdir: str | None = None
+        self._bwrap = _bwrap_path(self.settings.local_isolation)
+        self._sandbox_tmp: str | None = None  # host folder seen as /tmp inside the bubblewrap sandbox
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._started = False
@@ -102,7 +110,8 @@ class LocalEnvironment:
         """Create the working directory. Idempotent.
 
         Raises:
-            SandboxError: the directory cannot be created, or the environment was closed.
+            SandboxError: the directory cannot be created, the environment was closed, or
+                bubblewrap isolation was asked for and bwrap is missing or cannot run here.
         """
         if self._closed:
             raise SandboxError("environment already closed")
@@ -118,6 +127,17 @@ class LocalEnvironment:
         except OSError as exc:
             raise SandboxError(f"cannot create working directory: {exc}") from exc
         self._started = True
+        if self.settings.local_isolation == "bwrap" and not self._bwrap:
+            self.close()
+            raise SandboxError(
+                "HERMES_LOCAL_ISOLATION=bwrap but bwrap is not installed (apt install bubblewrap)"
+            )
+        if self._bwrap:
+            self._sandbox_tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-"))
+            probe = self.execute("true", timeout=30)
+            if probe.returncode != 0:
+                self.close()
+                raise SandboxError(f"bubblewrap cannot create a sandbox here: {probe.output.strip()[:300]}")
 
     def close(self, interrupted: bool = False) -> None:
         """Kill every process group started here (SIGKILL), then remove the temp dir we created.
@@ -134,6 +154,8 @@ class LocalEnvironment:
             _kill_group(pgid)
         if self._tempdir:
             shutil.rmtree(self._tempdir, ignore_errors=True)
+        if self._sandbox_tmp:
+            shutil.rmtree(self._sandbox_tmp, ignore_errors=True)
 
     def __enter__(self) -> LocalEnvironment:
         self.start()
@@ -168,10 +190,15 @@ class LocalEnvironment:
         if not os.path.isdir(workdir):
             return ExecResult(returncode=1, output=f"cd: {cwd}: No such file or directory\n")
         limit = timeout if timeout is not None else self.settings.terminal_timeout
-        env = dict(os.environ, PWD=workdir)
+        argv = [self._shell, "-c", command]
+        if self._bwrap:
+            argv = self._bwrap_argv(workdir) + argv
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            env = dict(os.environ, PWD=workdir)
         try:
             proc = subprocess.Popen(
-                [self._shell, "-c", command],
+                argv,
                 cwd=workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -241,12 +268,54 @@ class LocalEnvironment:
         output.feed(b"", final=True)
         return output, timed_out
 
+    def _bwrap_argv(self, workdir: str) -> list[str]:
+        """The bubblewrap command line (before the shell) of one command run in ``workdir``."""
+        argv = [self._bwrap, "--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            top = "/" + name
+            if os.path.islink(top):
+                argv += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                argv += ["--ro-bind", top, top]
+        argv += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
+        argv += ["--bind", self._sandbox_tmp, "/tmp", "--bind", self.cwd, self.cwd, "--chdir", workdir]
+        argv += ["--unshare-all", "--die-with-parent", "--clearenv"]
+        for name, value in (
+            ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+            ("HOME", self.cwd),
+            ("PWD", workdir),
+            ("LANG", os.environ.get("LANG", "C.UTF-8")),
+            ("TERM", "dumb"),
+        ):
+            argv += ["--setenv", name, value]
+        return [*argv, "--"]
+
     # -- files -------------------------------------------------------------------
 
-    def _resolve(self, path: str) -> str:
-        """Absolute host path of ``path``: ``~`` expanded, relative paths joined to cwd."""
-        path = os.path.expanduser(path)
-        return path if os.path.isabs(path) else os.path.join(self.cwd, path)
+    def _resolve(self, path: str, write: bool = False) -> str:
+        """Absolute host path of ``path``: ``~`` expanded, relative paths joined to cwd.
+
+        Under bubblewrap isolation the path is taken as the sandbox sees it: ``~`` is the
+        prompt's directory, ``/tmp`` the sandbox's private one; a path the sandbox cannot see
+        raises FileNotFoundError, a write outside the writable folders PermissionError.
+        """
+        if not self._bwrap or not self._sandbox_tmp:
+            path = os.path.expanduser(path)
+            return path if os.path.isabs(path) else os.path.join(self.cwd, path)
+        if path == "~" or path.startswith("~/"):
+            path = self.cwd + path[1:]
+        path = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.cwd, path))
+        if not _within(path, self.cwd) and _within(path, "/tmp"):
+            path = os.path.join(self._sandbox_tmp, os.path.relpath(path, "/tmp"))
+        real = os.path.realpath(path)
+        writable = (self.cwd, self._sandbox_tmp)
+        if any(_within(real, root) for root in writable):
+            return path
+        if not any(_within(real, root) for root in ("/usr", "/etc")):
+            raise FileNotFoundError(2, "No such file or directory (outside the sandbox)", path)
+        if write:
+            raise PermissionError(13, "Read-only file system (outside the sandbox's writable folders)", path)
+        return path
 
     def read_file(self, path: str) -> bytes:
         """Return the bytes of ``path`` (relative to cwd, ``~`` expanded).
@@ -263,10 +332,22 @@ class LocalEnvironment:
         Raises:
             IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
         """
-        target = self._resolve(path)
+        target = self._resolve(path, write=True)
         os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
         with open(target, "wb") as fh:
             fh.write(data)
+
+
+def _bwrap_path(isolation: str) -> str | None:
+    """Path of ``bwrap`` when ``isolation`` asks for it (``bwrap``, or ``auto`` and installed), else None."""
+    if isolation == "none":
+        return None
+    return shutil.which("bwrap")
+
+
+def _within(path: str, root: str) -> bool:
+    """True when absolute ``path`` is ``root`` or below it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _kill_group(pgid: int) -> None:

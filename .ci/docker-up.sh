@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Start a private Docker engine for the tests and build the local test images.
+#
+#   eval "$(bash .ci/docker-up.sh)"     # prints `export DOCKER_HOST=...` on stdout, logs on stderr
+#   bash .ci/docker-down.sh             # stops the engine this script started
+#
+# The engine leaves the host network alone (no bridge, no iptables/NAT, no ip_forward);
+# its socket, data and state live under $HERMES_DOCKER_DIR (default /tmp/hermes-docker).
+# An engine already answering on that socket is reused. Debian packages (docker.io,
+# busybox-static, debootstrap, bubblewrap) are installed with apt only when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DIR=${HERMES_DOCKER_DIR:-/tmp/hermes-docker}
+SOCK="unix://$DIR/docker.sock"
+log() { echo "docker-up: $*" >&2; }
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+mkdir -p "$DIR"
+if DOCKER_HOST=$SOCK docker info >/dev/null 2>&1; then
+  log "reusing the engine on $SOCK"
+else
+  rm -f "$DIR/docker.sock" "$DIR/dockerd.pid"
+  # setsid + nohup: the engine outlives this script; docker-down.sh stops it by its pid file.
+  setsid nohup dockerd --host="$SOCK" --data-root="$DIR/data" --exec-root="$DIR/exec" \
+    --pidfile="$DIR/dockerd.pid" --iptables=false --ip6tables=false --ip-forward=false \
+    --ip-masq=false --bridge=none </dev/null >"$DIR/dockerd.log" 2>&1 &
+  for _ in $(seq 1 150); do
+    DOCKER_HOST=$SOCK docker info >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  if ! DOCKER_HOST=$SOCK docker info >/dev/null 2>&1; then
+    log "the engine did not answer within 30 s; last lines of $DIR/dockerd.log:"
+    tail -20 "$DIR/dockerd.log" >&2
+    exit 1
+  fi
+  log "engine started on $SOCK (pid $(cat "$DIR/dockerd.pid"))"
+fi
+
+DOCKER_HOST=$SOCK bash .ci/images/build.sh >&2
+echo "export DOCKER_HOST=$SOCK"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Build the local test images without a registry (DOCKER_HOST must point at a running engine).
+#
+#   hermes-test/busybox:1            busybox-static root filesystem, `docker import` (~0.3 s)
+#   hermes-test/python:bookworm      Debian 12 minbase + python3 by debootstrap (~70 s cold),
+#                                    cached with `docker save` under $HERMES_IMAGE_CACHE
+#
+# Each image has /etc/hermes-image holding its own name, so a test can tell which image ran.
+# An image already present is kept. Usage: bash .ci/images/build.sh [busybox] [python]
+set -euo pipefail
+
+CACHE=${HERMES_IMAGE_CACHE:-/var/cache/hermes-batch/images}
+BUSYBOX_IMAGE=hermes-test/busybox:1
+PYTHON_IMAGE=hermes-test/python:bookworm
+log() { echo "images: $*" >&2; }
+have() { docker image inspect "$1" >/dev/null 2>&1; }
+
+build_busybox() {
+  have "$BUSYBOX_IMAGE" && return 0
+  local root
+  root=$(mktemp -d)
+  trap 'rm -rf "$root"' RETURN
+  mkdir -p "$root"/{bin,etc,tmp,root,proc,sys,dev}
+  chmod 1777 "$root/tmp"
+  cp /bin/busybox "$root/bin/busybox"
+  chroot "$root" /bin/busybox --install -s /bin
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$root/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+  echo "$BUSYBOX_IMAGE" >"$root/etc/hermes-image"
+  tar -C "$root" -c . | docker import --change 'CMD ["/bin/sh"]' --change 'ENV PATH=/bin' \
+    --change 'ENV HOME=/root' - "$BUSYBOX_IMAGE" >/dev/null
+  log "built $BUSYBOX_IMAGE"
+}
+
+build_python() {
+  have "$PYTHON_IMAGE" && return 0
+  local tarball="$CACHE/python-bookworm.tar"
+  if [ -s "$tarball" ] && docker load -q -i "$tarball" >/dev/null 2>&1 && have "$PYTHON_IMAGE"; then
+    log "loaded $PYTHON_IMAGE from $tarball"
+    return 0
+  fi
+  local mirror root
+  mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  root=$(mktemp -d)
+  trap 'rm -rf "$root"' RETURN
+  log "debootstrap bookworm from $mirror (about a minute)"
+  debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >"$root.log" 2>&1 \
+    || { tail -20 "$root.log" >&2; exit 1; }
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root.log"
+  echo "$PYTHON_IMAGE" >"$root/etc/hermes-image"
+  tar -C "$root" -c . | docker import --change 'CMD ["/bin/bash"]' \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV HOME=/root' - "$PYTHON_IMAGE" >/dev/null
+  mkdir -p "$CACHE"
+  docker save -o "$tarball.tmp" "$PYTHON_IMAGE" && mv "$tarball.tmp" "$tarball"
+  log "built $PYTHON_IMAGE (cached in $tarball)"
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(busybox python)
+for t in "${targets[@]}"; do "build_$t"; done

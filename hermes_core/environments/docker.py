@@ -1,0 +1,527 @@
+"""Backend ``docker``: one container per prompt, driven through the Docker Engine API (PyPI ``docker``).
+
+The container runs ``sleep`` under Docker's init (``init=True``) and every command is a
+``docker exec`` of a small ``sh`` wrapper. It is labelled ``hermes-batch.run=<run name>``
+and ``hermes-batch.prompt=<prompt id>`` so that :func:`reap_run_containers` can remove what
+a crashed run left behind. Defaults: no network (``network_mode="none"``), memory / CPU /
+process-count limits from :class:`~hermes_core.settings.HermesSettings`, ``no-new-privileges``.
+
+Timeouts are enforced from this side, not with ``timeout(1)`` inside the image (busybox's
+``timeout`` exits 143 and kills only its direct child): each exec carries a random
+``HERMES_EXEC_ID`` in its environment, and on timeout every process of the container whose
+environment holds it is killed. Output is bounded like the local backend's (first 40% and
+last 60%, with the same marker).
+
+Engine facts this follows (measured, see docs/sandboxes.md): ``docker.from_env()`` honours
+``DOCKER_HOST``; an unreachable engine raises ``DockerException`` or
+``requests.exceptions.ConnectionError``; ``containers.create`` raises ``ImageNotFound`` for a
+missing image (``containers.run`` would try to pull).
+
+Examples:
+    >>> with DockerEnvironment(image="hermes-test/busybox:1", cwd="/app") as env:  # doctest: +SKIP
+    ...     env.execute("pwd").output
+    '/app\\n'
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import logging
+import os
+import posixpath
+import secrets
+import select
+import struct
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+
+import docker
+import docker.errors
+import requests
+
+from hermes_core.environments import ExecResult
+from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
+from hermes_core.environments.local import _BoundedOutput
+from hermes_core.exceptions import SandboxError
+from hermes_core.settings import HermesSettings
+
+logger = logging.getLogger(__name__)
+
+LABEL_RUN = "hermes-batch.run"
+LABEL_PROMPT = "hermes-batch.prompt"
+DEFAULT_WORKDIR = "/workspace"
+"""Working directory of a prompt whose record names no ``cwd``."""
+
+_KEEPER = ["sleep", "2147483647"]
+_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+_QUIET = 0.05
+"""After the command exited, stop reading once the stream is silent this long (seconds)."""
+_DRAIN_MAX = 1.0
+"""After the command exited (or was killed), stop reading after this long even if a leftover child writes."""
+_IDLE_CHECK = 0.2
+"""Ask the engine whether the command still runs after this long without output (seconds)."""
+_KILL_WAIT = 10.0
+"""Longest wait for the kill of a timed-out command before returning anyway (seconds)."""
+
+# $1 = exec id: SIGSTOP then SIGKILL every process whose environment holds it (the whole tree).
+_KILL_SH = (
+    'pids=; for f in /proc/[0-9]*/environ; do grep -qzxF "HERMES_EXEC_ID=$1" "$f" 2>/dev/null || continue; '
+    'p=${f#/proc/}; pids="$pids ${p%/environ}"; done; '
+    '[ -n "$pids" ] && { kill -STOP $pids; kill -KILL $pids; } 2>/dev/null; exit 0'
+)
+_PREPARE_WRITE_SH = (
+    'p=$1; case $p in "~") p=$HOME;; "~/"*) p=$HOME/${p#"~/"};; esac; '
+    'if [ -d "$p" ]; then exit 21; fi; '
+    'if [ -L "$p" ]; then q=$(readlink -f -- "$p") && p=$q; fi; '
+    'mkdir -p -- "$(dirname -- "$p")" || exit 3; '
+    'd=$(cd -- "$(dirname -- "$p")" && pwd -P) || exit 3; '
+    'if [ -e "$p" ]; then stat -c "%a %u %g" -- "$p"; else echo "644 $(id -u) $(id -g)"; fi; '
+    'echo "$d"; basename -- "$p"'
+)
+
+
+class EngineUnavailable(SandboxError):
+    """The Docker engine cannot be reached (not running, wrong ``DOCKER_HOST``, no permission)."""
+
+
+class ImageUnavailable(SandboxError):
+    """A container image is not present locally and could not be pulled.
+
+    Attributes:
+        image: the image reference as the record (or the default setting) named it.
+    """
+
+    def __init__(self, image: str, reason: str):
+        super().__init__(f"container image {image!r} is not available: {reason}")
+        self.image = image
+
+
+# -- engine ------------------------------------------------------------------------------
+
+_clients: dict[str, docker.DockerClient] = {}
+_clients_lock = threading.Lock()
+
+
+def docker_client() -> docker.DockerClient:
+    """The process's client of the engine named by ``DOCKER_HOST`` (default socket otherwise), shared by threads.
+
+    Raises:
+        EngineUnavailable: the engine does not answer; the message names the address tried.
+    """
+    host = os.environ.get("DOCKER_HOST", "")
+    with _clients_lock:
+        client = _clients.get(host)
+        if client is None:
+            try:
+                client = docker.from_env(max_pool_size=64)
+                client.ping()
+            except _ENGINE_ERRORS as exc:
+                raise EngineUnavailable(
+                    f"Docker engine not reachable at {host or 'the default socket'} (set DOCKER_HOST): {exc}"
+                ) from None
+            _clients[host] = client
+    return client
+
+
+def ping_engine() -> str:
+    """Check that the engine answers now; return its version (e.g. ``"20.10.24+dfsg1"``).
+
+    Raises:
+        EngineUnavailable: no answer.
+    """
+    client = docker_client()
+    try:
+        return str(client.version().get("Version", "unknown"))
+    except _ENGINE_ERRORS as exc:
+        raise EngineUnavailable(f"Docker engine stopped answering: {exc}") from None
+
+
+def reap_run_containers(run_name: str) -> list[str]:
+    """Force-remove every container labelled with ``run_name`` (left by an earlier, crashed run).
+
+    Call it before a run starts its prompts: it does not spare containers of a run in progress.
+
+    Returns:
+        Short ids of the removed containers.
+
+    Raises:
+        EngineUnavailable: the engine cannot be reached.
+    """
+    client = docker_client()
+    try:
+        found = client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_name}"})
+    except _ENGINE_ERRORS as exc:
+        raise EngineUnavailable(f"cannot list containers: {exc}") from None
+    removed = []
+    for container in found:
+        try:
+            container.remove(force=True)
+            removed.append(container.short_id)
+        except docker.errors.NotFound:
+            pass
+        except _ENGINE_ERRORS as exc:
+            logger.warning("could not remove leftover container %s: %s", container.short_id, exc)
+    return removed
+
+
+_slots: dict[int, threading.BoundedSemaphore] = {}
+_slots_lock = threading.Lock()
+
+
+def _start_slots(n: int) -> threading.BoundedSemaphore:
+    """The process-wide semaphore bounding container creations to ``n`` at once.
+
+    It is held only around create + start, never while a prompt runs, so the prompt pool
+    cannot deadlock on it.
+    """
+    with _slots_lock:
+        return _slots.setdefault(n, threading.BoundedSemaphore(n))
+
+
+_live: dict[str, docker.models.containers.Container] = {}
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _remove_live_containers() -> None:
+    """At interpreter exit (Ctrl-C included), remove the containers this process still owns."""
+    with _live_lock:
+        containers = list(_live.values())
+        _live.clear()
+    for container in containers:
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001 - best effort at exit; the next run reaps what is left
+            pass
+
+
+# -- the environment ---------------------------------------------------------------------
+
+
+class DockerEnvironment:
+    """Per-prompt sandbox in its own container.
+
+    Args:
+        cwd: working directory inside the container (the record's ``cwd``); created if
+            missing. Relative paths are taken under ``/workspace``. None: ``/workspace``.
+        image: image of the container (the record's ``image``); None: ``settings.terminal_docker_image``.
+        settings: limits, network, timeouts and the output bound; default ``HermesSettings()``.
+        run_name: value of the ``hermes-batch.run`` label.
+        prompt_id: value of the ``hermes-batch.prompt`` label.
+        **_ignored: options of other backends, accepted and ignored.
+
+    Attributes:
+        cwd: absolute working directory inside the container.
+        image: the image used.
+        container_id: id of the container ("" until :meth:`start`).
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        image: str | None = None,
+        settings: HermesSettings | None = None,
+        run_name: str = "",
+        prompt_id: str | int = "",
+        **_ignored: object,
+    ):
+        self.settings = settings or HermesSettings()
+        self.image = image or self.settings.terminal_docker_image
+        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.run_name = run_name
+        self.prompt_id = str(prompt_id)
+        self.container_id = ""
+        self._container = None
+        self._client: docker.DockerClient | None = None
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create and start the container (bounded by ``settings.docker_max_concurrent_starts``). Idempotent.
+
+        Raises:
+            ImageUnavailable: the image is absent and cannot be pulled (see :func:`~hermes_core.environments.images.ensure_image`).
+            EngineUnavailable: the engine cannot be reached.
+            SandboxError: the container could not be created or started, or the environment was closed.
+        """
+        from hermes_core.environments.images import ensure_image
+
+        if self._closed:
+            raise SandboxError("environment already closed")
+        if self._container is not None:
+            return
+        self._client = docker_client()
+        ensure_image(self.image, self.settings)
+        s = self.settings
+        with _start_slots(s.docker_max_concurrent_starts):
+            try:
+                container = self._client.containers.create(
+                    self.image,
+                    entrypoint=_KEEPER[:1],
+                    command=_KEEPER[1:],
+                    working_dir=self.cwd,
+                    labels={LABEL_RUN: self.run_name, LABEL_PROMPT: self.prompt_id},
+                    network_mode=None if s.docker_network else "none",
+                    mem_limit=f"{s.container_memory_mb}m",
+                    memswap_limit=f"{s.container_memory_mb}m",
+                    nano_cpus=int(s.container_cpus * 1e9),
+                    pids_limit=s.container_pids_limit,
+                    security_opt=["no-new-privileges"],
+                    init=True,
+                    detach=True,
+                )
+            except docker.errors.ImageNotFound:
+                raise ImageUnavailable(self.image, "not present in the engine") from None
+            except _ENGINE_ERRORS as exc:
+                raise SandboxError(f"cannot create a container from {self.image!r}: {exc}") from None
+            with _live_lock:
+                _live[container.id] = container
+            self._container, self.container_id = container, container.id
+            try:
+                container.start()
+            except _ENGINE_ERRORS as exc:
+                self.close()
+                raise SandboxError(f"cannot start the container of {self.image!r}: {exc}") from None
+
+    def close(self, interrupted: bool = False) -> None:
+        """Force-remove the container (every process in it dies). Idempotent; never raises.
+
+        ``interrupted`` is accepted for protocol compatibility (teardown is the same).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        container, self._container = self._container, None
+        if container is None:
+            return
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except Exception as exc:  # noqa: BLE001 - teardown never raises; the next run reaps it
+            logger.warning("could not remove container %s: %s", container.short_id, exc)
+        with _live_lock:
+            _live.pop(container.id, None)
+
+    def __enter__(self) -> DockerEnvironment:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(interrupted=exc is not None)
+
+    # -- commands ----------------------------------------------------------------------
+
+    def execute(self, command: str, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` with bash (else sh) ``-c`` in the container, in ``cwd``.
+
+        Args:
+            command: shell command line.
+            cwd: directory in the container (relative: to the environment's cwd; ``~`` is $HOME);
+                default the environment's cwd.
+            timeout: seconds; default ``settings.terminal_timeout``. On timeout every process
+                of this command (children included) is killed and the result has returncode 124,
+                ``timed_out=True`` and the output read so far.
+
+        Returns:
+            ExecResult with merged stdout+stderr bounded by ``settings.terminal_output_max_chars``
+            (first 40% + last 60% with a marker; ``truncated=True``). A missing ``cwd`` gives
+            returncode 1 and a ``cd``-style message.
+
+        Raises:
+            SandboxError: not started, closed, or the engine failed.
+        """
+        workdir = posixpath.join(self.cwd, cwd) if cwd and not cwd.startswith("~") else (cwd or self.cwd)
+        output = _BoundedOutput(self.settings.terminal_output_max_chars)
+        limit = timeout if timeout is not None else self.settings.terminal_timeout
+        code, timed_out = self._exec(
+            ["sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command],
+            lambda _stream, data: output.feed(data),
+            limit,
+        )
+        output.feed(b"", final=True)
+        text, truncated = output.result()
+        if timed_out:
+            return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)
+        return ExecResult(returncode=code, output=text, truncated=truncated)
+
+    def _exec(self, argv: list[str], sink: Callable[[int, bytes], None], timeout: float) -> tuple[int, bool]:
+        """Run ``argv`` in the container, passing output frames to ``sink(stream, bytes)``.
+
+        Returns (exit code, timed out). Raises SandboxError when the engine fails.
+        """
+        if self._container is None or self._closed:
+            raise SandboxError("environment is not running (call start() first; close() ends it)")
+        api = self._client.api
+        token = secrets.token_hex(12)
+        deadline = time.monotonic() + max(timeout, 0.0)
+        try:
+            exec_id = api.exec_create(
+                self._container.id, argv, workdir="/", environment={"HERMES_EXEC_ID": token}
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except _ENGINE_ERRORS as exc:
+            raise SandboxError(f"docker exec failed: {exc}") from None
+        raw = getattr(sock, "_sock", sock)
+        timed_out = False
+        try:
+            timed_out = self._pump(raw, exec_id, token, deadline, sink)
+        except OSError as exc:
+            raise SandboxError(f"docker exec stream broke: {exc}") from None
+        finally:
+            sock.close()
+        if timed_out:
+            return 124, True
+        return self._exit_code(exec_id), False
+
+    def _pump(
+        self, raw, exec_id: str, token: str, deadline: float, sink: Callable[[int, bytes], None]
+    ) -> bool:
+        """Read the multiplexed exec stream until EOF, or the command exited and the stream went quiet.
+
+        At ``deadline`` the command's processes are killed from another thread while this one
+        keeps reading: the engine may not run the kill while the stream is backed up (measured
+        with ``yes``). Returns True when it timed out.
+        """
+        buf = b""
+        killer: threading.Thread | None = None
+        kill_started = 0.0
+        ended_at: float | None = None  # the command exited, or the kill is done
+        last_data = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if killer is None and ended_at is None and now >= deadline:
+                killer = threading.Thread(target=self._kill, args=(token,), name="hermes-kill", daemon=True)
+                killer.start()
+                kill_started = now
+            if killer is not None and ended_at is None:
+                if not killer.is_alive() or now - kill_started > _KILL_WAIT:
+                    ended_at = now
+            if ended_at is not None and now - ended_at > _DRAIN_MAX:
+                break
+            if ended_at is not None:
+                wait = _QUIET
+            elif killer is not None:
+                wait = 0.05
+            else:
+                wait = min(_IDLE_CHECK, max(deadline - now, 0.0))
+            pending = getattr(raw, "pending", None)
+            if not (pending and pending()) and not select.select([raw], [], [], wait)[0]:
+                if ended_at is not None:
+                    break  # the command is gone and the stream is quiet
+                if (
+                    killer is None
+                    and time.monotonic() - last_data >= _IDLE_CHECK
+                    and not self._running(exec_id)
+                ):
+                    ended_at = time.monotonic()
+                continue
+            data = raw.recv(65536)
+            if not data:
+                break
+            last_data = time.monotonic()
+            buf += data
+            while len(buf) >= 8:
+                stream, size = struct.unpack(">BxxxL", buf[:8])
+                if len(buf) < 8 + size:
+                    break
+                sink(stream, buf[8 : 8 + size])
+                buf = buf[8 + size :]
+        return killer is not None
+
+    def _running(self, exec_id: str) -> bool:
+        try:
+            return bool(self._client.api.exec_inspect(exec_id).get("Running"))
+        except _ENGINE_ERRORS:
+            return True
+
+    def _exit_code(self, exec_id: str) -> int:
+        """Exit code of a finished exec (waits up to 2 s for the engine to record it)."""
+        give_up = time.monotonic() + 2.0
+        while True:
+            try:
+                info = self._client.api.exec_inspect(exec_id)
+            except _ENGINE_ERRORS as exc:
+                raise SandboxError(f"docker exec inspect failed: {exc}") from None
+            if not info.get("Running") or time.monotonic() > give_up:
+                code = info.get("ExitCode")
+                return -1 if code is None else int(code)
+            time.sleep(0.01)
+
+    def _kill(self, token: str) -> None:
+        """SIGKILL every process of the exec marked with ``token`` (children included)."""
+        try:
+            self._container.exec_run(["sh", "-c", _KILL_SH, "hermes-kill", token])
+        except _ENGINE_ERRORS as exc:
+            logger.warning("could not kill a timed-out command: %s", exc)
+
+    # -- files -------------------------------------------------------------------------
+
+    def _capture(self, script: str, path: str) -> tuple[int, bytes, bytes]:
+        """Run ``sh -c script`` in the cwd; (exit code, stdout, stderr). Timeout: ``settings.terminal_timeout``."""
+        out, err = io.BytesIO(), io.BytesIO()
+        code, timed_out = self._exec(
+            file_argv(script, self.cwd, path),
+            lambda stream, data: (err if stream == 2 else out).write(data),
+            self.settings.terminal_timeout,
+        )
+        if timed_out:
+            raise TimeoutError(f"file operation timed out after {self.settings.terminal_timeout}s")
+        return code, out.getvalue(), err.getvalue()
+
+    def read_file(self, path: str) -> bytes:
+        """Return the bytes of ``path`` in the container (relative to cwd, ``~`` = $HOME).
+
+        Raises:
+            FileNotFoundError, IsADirectoryError, PermissionError: as ``open``.
+            OSError: any other failure to read.
+            SandboxError: not started, closed, or the engine failed.
+        """
+        code, data, err = self._capture(READ_SH, path)
+        if code == 0:
+            return data
+        raise os_error(code, err, path)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in the container, creating parent directories.
+
+        An existing file keeps its mode and owner; a symlink is written through.
+
+        Raises:
+            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
+            SandboxError: not started, closed, or the engine failed.
+        """
+        code, out, err = self._capture(_PREPARE_WRITE_SH, path)
+        lines = out.decode("utf-8", "surrogateescape").splitlines()
+        if code != 0 or len(lines) < 3:
+            raise os_error(code or 1, err, path)
+        mode, uid, gid = lines[-3].split()
+        member = tarfile.TarInfo(lines[-1])
+        member.size, member.mode, member.uid, member.gid = len(data), int(mode, 8), int(uid), int(gid)
+        member.mtime = int(time.time())
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(member, io.BytesIO(data))
+        try:
+            self._container.put_archive(lines[-2], archive.getvalue())
+        except docker.errors.APIError as exc:
+            raise PermissionError(13, f"cannot write: {exc.explanation or exc}", path) from None
+        except _ENGINE_ERRORS as exc:
+            raise SandboxError(f"docker put_archive failed: {exc}") from None
+
+
+__all__ = [
+    "DEFAULT_WORKDIR",
+    "LABEL_PROMPT",
+    "LABEL_RUN",
+    "DockerEnvironment",
+    "EngineUnavailable",
+    "ImageUnavailable",
+    "docker_client",
+    "ping_engine",
+    "reap_run_containers",
+]

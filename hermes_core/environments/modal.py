@@ -1,0 +1,208 @@
+"""Backend ``modal``: one Modal Sandbox per prompt, through the ``modal`` SDK (``pip install modal``; not a dependency).
+
+``start`` looks up (or creates) the app ``settings.modal_app_name``, builds the image with
+``modal.Image.from_registry(IMAGE)`` and creates ``modal.Sandbox.create("sleep", "infinity", ...)``
+with ``block_network`` (unless ``settings.docker_network``), ``cpu`` and ``memory`` (MiB) from
+the settings and a lifetime of :data:`SANDBOX_LIFETIME_S`. Commands are
+``sandbox.exec("sh", "-c", ..., timeout=N)`` with stderr merged into stdout and the output
+bounded like the local backend's; files go through ``exec`` (``cat`` out, ``cat >`` from
+stdin). ``close`` calls ``sandbox.terminate()``.
+
+Not verified against the live Modal service (unreachable here): the tests drive a stand-in
+``modal`` module at the SDK boundary. The calls follow Modal's Sandbox guide
+(``Sandbox.create``, ``Sandbox.exec(..., timeout=)``, ``ContainerProcess.stdout/stdin/wait/returncode``,
+``StreamWriter.write/write_eof/drain``, ``Sandbox.terminate``). Credentials are Modal's own
+(``MODAL_TOKEN_ID`` / ``MODAL_TOKEN_SECRET`` or ``~/.modal.toml``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import posixpath
+import time
+from typing import Any
+
+from hermes_core.environments import ExecResult
+from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
+from hermes_core.environments.docker import DEFAULT_WORKDIR
+from hermes_core.environments.local import _BoundedOutput
+from hermes_core.exceptions import ConfigError, SandboxError
+from hermes_core.settings import HermesSettings
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_LIFETIME_S = 24 * 3600
+"""Upper bound of a sandbox's life on Modal's side, seconds (a crashed run's sandboxes end by then)."""
+
+
+def _modal() -> Any:
+    """The ``modal`` module. Raises ConfigError naming the extra to install when it is missing."""
+    try:
+        return importlib.import_module("modal")
+    except ImportError:
+        raise ConfigError(
+            "terminal backend modal needs the Modal SDK: pip install modal (then `modal token new`)"
+        ) from None
+
+
+class ModalEnvironment:
+    """Per-prompt sandbox in a Modal Sandbox.
+
+    Args:
+        cwd: working directory inside the sandbox (created); relative paths are taken under
+            ``/workspace``. None: ``/workspace``.
+        image: registry image of the sandbox; None: ``settings.terminal_docker_image``.
+        settings: limits, network, app name, timeouts and the output bound; default ``HermesSettings()``.
+        run_name, prompt_id: kept for logs.
+        **_ignored: options of other backends, accepted and ignored.
+
+    Attributes:
+        cwd: absolute working directory inside the sandbox.
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        image: str | None = None,
+        settings: HermesSettings | None = None,
+        run_name: str = "",
+        prompt_id: str | int = "",
+        **_ignored: object,
+    ):
+        self.settings = settings or HermesSettings()
+        self.image = image or self.settings.terminal_docker_image
+        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.run_name, self.prompt_id = run_name, str(prompt_id)
+        self._sandbox: Any = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Create the sandbox and its working directory. Idempotent.
+
+        Raises:
+            ConfigError: the ``modal`` package is not installed.
+            SandboxError: Modal refused or failed to create the sandbox, or the environment was closed.
+        """
+        if self._closed:
+            raise SandboxError("environment already closed")
+        if self._sandbox is not None:
+            return
+        modal = _modal()
+        s = self.settings
+        try:
+            app = modal.App.lookup(s.modal_app_name, create_if_missing=True)
+            self._sandbox = modal.Sandbox.create(
+                "sleep",
+                "infinity",
+                app=app,
+                image=modal.Image.from_registry(self.image),
+                timeout=SANDBOX_LIFETIME_S,
+                cpu=s.container_cpus,
+                memory=s.container_memory_mb,
+                block_network=not s.docker_network,
+            )
+        except Exception as exc:  # noqa: BLE001 - any SDK failure means no sandbox
+            raise SandboxError(f"cannot create a Modal sandbox from {self.image!r}: {exc}") from None
+        code, _, err = self._run(["mkdir", "-p", "--", self.cwd])
+        if code != 0:
+            self.close()
+            raise SandboxError(
+                f"cannot create {self.cwd} in the sandbox: {err.decode(errors='replace')[:300]}"
+            )
+
+    def close(self, interrupted: bool = False) -> None:
+        """Terminate the sandbox. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is None:
+            return
+        try:
+            sandbox.terminate()
+        except Exception as exc:  # noqa: BLE001 - teardown never raises; Modal ends it at its timeout
+            logger.warning("could not terminate Modal sandbox: %s", exc)
+
+    def __enter__(self) -> ModalEnvironment:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(interrupted=exc is not None)
+
+    def _exec(self, argv: list[str], timeout: float | None = None) -> Any:
+        if self._sandbox is None or self._closed:
+            raise SandboxError("environment is not running (call start() first; close() ends it)")
+        try:
+            return self._sandbox.exec(*argv, timeout=timeout and max(1, math.ceil(timeout)), text=False)
+        except Exception as exc:  # noqa: BLE001 - the SDK's errors are not a stable hierarchy
+            raise SandboxError(f"Modal exec failed: {exc}") from None
+
+    def execute(self, command: str, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` with bash (else sh) ``-c`` in the sandbox, in ``cwd`` (default the environment's cwd).
+
+        The timeout (seconds, default ``settings.terminal_timeout``, rounded up to whole seconds)
+        is Modal's exec timeout; a command that ends unsuccessfully at it has returncode 124 and
+        ``timed_out=True``. Output: merged stdout+stderr, bounded as in the local backend.
+
+        Raises:
+            SandboxError: not started, closed, or Modal failed.
+        """
+        workdir = posixpath.join(self.cwd, cwd) if cwd and not cwd.startswith("~") else (cwd or self.cwd)
+        limit = timeout if timeout is not None else self.settings.terminal_timeout
+        started = time.monotonic()
+        process = self._exec(["sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command], limit)
+        output = _BoundedOutput(self.settings.terminal_output_max_chars)
+        try:
+            for chunk in process.stdout:
+                output.feed(chunk if isinstance(chunk, bytes) else chunk.encode())
+            process.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise SandboxError(f"Modal exec stream failed: {exc}") from None
+        output.feed(b"", final=True)
+        text, truncated = output.result()
+        code = process.returncode
+        if code != 0 and time.monotonic() - started >= limit - 0.5:
+            return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)
+        return ExecResult(returncode=-1 if code is None else code, output=text, truncated=truncated)
+
+    def _run(self, argv: list[str], data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` to the end; (exit code, stdout, stderr). ``data`` goes to stdin."""
+        process = self._exec(argv, self.settings.terminal_timeout)
+        try:
+            if data is not None:
+                process.stdin.write(data)
+                process.stdin.write_eof()
+                process.stdin.drain()
+            out, err = process.stdout.read(), process.stderr.read()
+            process.wait()
+        except Exception as exc:  # noqa: BLE001
+            raise SandboxError(f"Modal exec stream failed: {exc}") from None
+        as_bytes = lambda v: v if isinstance(v, bytes) else (v or "").encode()  # noqa: E731
+        return (-1 if process.returncode is None else process.returncode), as_bytes(out), as_bytes(err)
+
+    def read_file(self, path: str) -> bytes:
+        """Bytes of ``path`` in the sandbox (relative to cwd, ``~`` = $HOME).
+
+        Raises:
+            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open``.
+        """
+        code, out, err = self._run(file_argv(READ_SH, self.cwd, path))
+        if code != 0:
+            raise os_error(code, err, path)
+        return out
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in the sandbox, creating parent directories.
+
+        Raises:
+            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
+        """
+        code, _, err = self._run(file_argv(WRITE_SH, self.cwd, path), data)
+        if code != 0:
+            raise os_error(code, err, path)
+
+
+__all__ = ["SANDBOX_LIFETIME_S", "ModalEnvironment"]

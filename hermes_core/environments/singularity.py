@@ -1,0 +1,186 @@
+"""Backend ``singularity``: one Apptainer/Singularity instance per prompt, through the command line.
+
+``start`` runs ``apptainer instance start`` (or ``singularity``, whichever is on PATH) on
+``docker://IMAGE`` with ``--containall``, no network (``--net --network none``) unless
+``settings.docker_network``, the container limits of the settings, and a fresh host folder
+bound at the working directory. Each command is ``apptainer exec instance://NAME sh -c ...``
+run by a host :class:`~hermes_core.environments.local.LocalEnvironment`, so timeouts kill the
+whole process tree and output is bounded exactly as in the local backend. Files go through
+``exec`` (``cat`` out, ``cat >`` from stdin). ``close`` runs ``apptainer instance stop``.
+
+Not verified against a real Apptainer here (none is installed): the tests drive a stand-in
+``apptainer`` executable that records its arguments and runs the commands on the host.
+Command-line flags follow the Apptainer 1.x user guide (``instance start``, ``exec``,
+``--containall``, ``--writable-tmpfs``, ``--bind``, ``--net --network``, ``--memory``,
+``--cpus``, ``--pids-limit``).
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import secrets
+import shlex
+import shutil
+import subprocess
+
+from hermes_core.environments import ExecResult
+from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
+from hermes_core.environments.docker import DEFAULT_WORKDIR
+from hermes_core.environments.local import LocalEnvironment
+from hermes_core.exceptions import SandboxError
+from hermes_core.settings import HermesSettings
+
+logger = logging.getLogger(__name__)
+
+
+def find_binary() -> str | None:
+    """Path of ``apptainer``, else ``singularity``, on PATH; None when neither is installed."""
+    return shutil.which("apptainer") or shutil.which("singularity")
+
+
+def image_uri(image: str) -> str:
+    """The URI Apptainer should run: ``docker://IMAGE`` unless ``image`` already names a scheme or a ``.sif`` file."""
+    if "://" in image or image.endswith(".sif"):
+        return image
+    return f"docker://{image}"
+
+
+class SingularityEnvironment:
+    """Per-prompt sandbox in an Apptainer/Singularity instance.
+
+    Args:
+        cwd: working directory inside the instance (a fresh host folder is bound there);
+            relative paths are taken under ``/workspace``. None: ``/workspace``.
+        image: image (``docker://`` added when no scheme is given); None: ``settings.terminal_docker_image``.
+        settings: limits, network, timeouts and the output bound; default ``HermesSettings()``.
+        run_name, prompt_id: used in the instance name (``hermes-<12 hex>``) only through logs.
+        **_ignored: options of other backends, accepted and ignored.
+
+    Attributes:
+        cwd: absolute working directory inside the instance.
+        instance: instance name ("" until :meth:`start`).
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        image: str | None = None,
+        settings: HermesSettings | None = None,
+        run_name: str = "",
+        prompt_id: str | int = "",
+        **_ignored: object,
+    ):
+        self.settings = settings or HermesSettings()
+        self.image = image_uri(image or self.settings.terminal_docker_image)
+        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.run_name, self.prompt_id = run_name, str(prompt_id)
+        self.instance = ""
+        self._binary = find_binary()
+        self._host = LocalEnvironment(settings=self.settings.model_copy(update={"local_isolation": "none"}))
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the instance. Idempotent.
+
+        Raises:
+            SandboxError: no apptainer/singularity binary, the instance did not start
+                (the message has the tool's output), or the environment was closed.
+        """
+        if self._closed:
+            raise SandboxError("environment already closed")
+        if self.instance:
+            return
+        if not self._binary:
+            raise SandboxError("terminal backend singularity needs `apptainer` or `singularity` on PATH")
+        self._host.start()
+        name = f"hermes-{secrets.token_hex(6)}"
+        s = self.settings
+        argv = [self._binary, "instance", "start", "--containall", "--writable-tmpfs"]
+        argv += ["--bind", f"{self._host.cwd}:{self.cwd}"]
+        if not s.docker_network:
+            argv += ["--net", "--network", "none"]
+        argv += ["--memory", f"{s.container_memory_mb}M", "--cpus", f"{s.container_cpus:g}"]
+        argv += ["--pids-limit", str(s.container_pids_limit), self.image, name]
+        result = self._host.execute(shlex.join(argv), timeout=s.docker_pull_timeout)
+        if result.returncode != 0:
+            self._host.close()
+            raise SandboxError(
+                f"apptainer instance start failed for {self.image}: {result.output.strip()[-500:]}"
+            )
+        self.instance = name
+        logger.debug("instance %s of run %s prompt %s started", name, self.run_name, self.prompt_id)
+
+    def close(self, interrupted: bool = False) -> None:
+        """Stop the instance (every process in it ends) and remove the bound host folder. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.instance:
+            try:
+                self._host.execute(shlex.join([self._binary, "instance", "stop", self.instance]), timeout=60)
+            except Exception as exc:  # noqa: BLE001 - teardown never raises
+                logger.warning("could not stop instance %s: %s", self.instance, exc)
+        self._host.close()
+
+    def __enter__(self) -> SingularityEnvironment:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(interrupted=exc is not None)
+
+    def _exec_argv(self, *args: str) -> list[str]:
+        if not self.instance or self._closed:
+            raise SandboxError("environment is not running (call start() first; close() ends it)")
+        return [self._binary, "exec", f"instance://{self.instance}", *args]
+
+    def execute(self, command: str, cwd: str | None = None, timeout: float | None = None) -> ExecResult:
+        """Run ``command`` with bash (else sh) ``-c`` in the instance, in ``cwd`` (default the environment's cwd).
+
+        Timeout (seconds, default ``settings.terminal_timeout``) and output bound as
+        :meth:`LocalEnvironment.execute <hermes_core.environments.local.LocalEnvironment.execute>`:
+        returncode 124 and ``timed_out=True`` on timeout.
+
+        Raises:
+            SandboxError: not started or closed.
+        """
+        workdir = posixpath.join(self.cwd, cwd) if cwd and not cwd.startswith("~") else (cwd or self.cwd)
+        argv = self._exec_argv("sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command)
+        return self._host.execute(shlex.join(argv), timeout=timeout)
+
+    def _run(self, script: str, path: str, data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        argv = self._exec_argv(*file_argv(script, self.cwd, path))
+        try:
+            done = subprocess.run(
+                argv, input=data or b"", capture_output=True, timeout=self.settings.terminal_timeout
+            )
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"file operation timed out after {self.settings.terminal_timeout}s") from None
+        except OSError as exc:
+            raise SandboxError(f"cannot run {self._binary}: {exc}") from None
+        return done.returncode, done.stdout, done.stderr
+
+    def read_file(self, path: str) -> bytes:
+        """Bytes of ``path`` in the instance (relative to cwd, ``~`` = $HOME).
+
+        Raises:
+            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open``.
+        """
+        code, out, err = self._run(READ_SH, path)
+        if code != 0:
+            raise os_error(code, err, path)
+        return out
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in the instance, creating parent directories.
+
+        Raises:
+            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
+        """
+        code, _, err = self._run(WRITE_SH, path, data)
+        if code != 0:
+            raise os_error(code, err, path)
+
+
+__all__ = ["SingularityEnvironment", "find_binary", "image_uri"]

@@ -1,0 +1,271 @@
+"""The docker backend on a real engine: container per prompt, limits, timeouts, bounded output, files, tools.
+
+Needs the engine and the images that `.ci/docker-up.sh` starts and builds (it prints the
+DOCKER_HOST to export). Without DOCKER_HOST these tests skip locally; in CI (CI=true) they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import docker
+import pytest
+
+from hermes_core.environments import create_environment
+from hermes_core.environments.docker import (
+    LABEL_PROMPT,
+    LABEL_RUN,
+    DockerEnvironment,
+    EngineUnavailable,
+    ImageUnavailable,
+    docker_client,
+    reap_run_containers,
+)
+from hermes_core.environments.images import check_images
+from hermes_core.settings import HermesSettings
+from hermes_core.tools import REGISTRY, ToolContext
+
+BUSYBOX = "hermes-test/busybox:1"
+PYTHON = "hermes-test/python:bookworm"
+ABSENT = "hermes-test/absent:0"
+
+
+def require_engine() -> docker.DockerClient:
+    """The engine's client; skip without DOCKER_HOST outside CI, fail in CI or when the images are missing."""
+    if not os.environ.get("DOCKER_HOST") and os.environ.get("CI", "").lower() != "true":
+        pytest.skip('no DOCKER_HOST: start an engine with `eval "$(bash .ci/docker-up.sh)"`')
+    client = docker_client()
+    for image in (BUSYBOX, PYTHON):
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"test image {image} missing: run `bash .ci/images/build.sh`")
+    return client
+
+
+@pytest.fixture(scope="module")
+def engine() -> docker.DockerClient:
+    return require_engine()
+
+
+def settings(**values) -> HermesSettings:
+    return HermesSettings(**{"docker_pull": False, **values})
+
+
+def labelled(client: docker.DockerClient, run: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+
+
+def test_container_per_prompt_with_labels_limits_cwd_and_teardown(engine):
+    s = settings(container_memory_mb=256, container_cpus=0.5, container_pids_limit=64)
+    env = create_environment(
+        "docker", image=BUSYBOX, cwd="/app/work", settings=s, run_name="t-env", prompt_id="p7"
+    )
+    assert isinstance(env, DockerEnvironment)
+    with env:
+        attrs = engine.containers.get(env.container_id).attrs
+        assert attrs["Config"]["Labels"] == {LABEL_RUN: "t-env", LABEL_PROMPT: "p7"}
+        host = attrs["HostConfig"]
+        assert host["NetworkMode"] == "none"
+        assert (host["Memory"], host["MemorySwap"]) == (256 * 2**20, 256 * 2**20)
+        assert (host["NanoCpus"], host["PidsLimit"]) == (500_000_000, 64)
+        assert host["SecurityOpt"] == ["no-new-privileges"] and host["Init"] is True
+        result = env.execute("pwd; cat /etc/hermes-image; ls /sys/class/net; echo oops >&2; exit 3")
+        assert (result.returncode, result.output) == (3, f"/app/work\n{BUSYBOX}\nlo\noops\n")
+        assert env.execute("pwd", cwd="sub").output == "cd: sub: No such file or directory\n"
+        assert env.execute("mkdir sub && cd sub && pwd").output == "/app/work/sub\n"
+        assert env.execute("pwd", cwd="sub").output == "/app/work/sub\n"
+        assert env.execute("echo $HOME; pwd", cwd="~").output == "/root\n/root\n"
+    with pytest.raises(docker.errors.NotFound):
+        engine.containers.get(env.container_id)
+    env.close()  # idempotent
+
+
+def test_memory_limit_is_enforced_inside_the_container(engine):
+    with DockerEnvironment(image=PYTHON, settings=settings(container_memory_mb=64)) as env:
+        limit = env.execute(
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+        )
+        assert limit.output.strip() == str(64 * 2**20)
+        hog = env.execute("python3 -c \"b = bytearray(300 * 2**20); print('allocated', len(b))\"")
+        assert hog.returncode == 137 and "allocated" not in hog.output  # SIGKILL by the OOM killer
+        assert env.execute('python3 -c "print(len(bytearray(16 * 2**20)))"').output == "16777216\n"
+
+
+def test_pids_limit_is_enforced(engine):
+    with DockerEnvironment(image=BUSYBOX, settings=settings(container_pids_limit=16)) as env:
+        result = env.execute(
+            "i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done; echo launched", timeout=20
+        )
+        assert "can't fork" in result.output or "Resource temporarily unavailable" in result.output
+
+
+@pytest.mark.parametrize("image", [BUSYBOX, PYTHON])
+def test_timeout_kills_the_whole_command_tree(engine, image):
+    with DockerEnvironment(image=image, settings=settings()) as env:
+        started = time.monotonic()
+        result = env.execute("echo before; sleep 60 & setsid sleep 70 & sleep 50; echo after", timeout=1)
+        elapsed = time.monotonic() - started
+        assert (result.returncode, result.timed_out, result.output) == (124, True, "before\n")
+        assert elapsed < 15  # far below the sleeps; generous for a loaded CI machine
+        procs = env.execute("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done").output
+        assert "sleep 60" not in procs and "sleep 70" not in procs and "sleep 50" not in procs
+        assert "sleep 2147483647" in procs  # the container's own keeper is still there
+        quick = env.execute("sleep 5 > /dev/null 2>&1 & echo detached")
+        assert (quick.returncode, quick.output) == (0, "detached\n")
+
+
+def test_output_is_bounded_head_and_tail_with_the_local_marker(engine):
+    with DockerEnvironment(image=BUSYBOX, settings=settings(terminal_output_max_chars=1000)) as env:
+        result = env.execute("i=0; while [ $i -lt 5000 ]; do echo line$i; i=$((i+1)); done")
+    assert result.returncode == 0 and result.truncated
+    head, marker, tail = result.output.partition("\n... [OUTPUT TRUNCATED - ")
+    total = sum(len(f"line{i}\n") for i in range(5000))
+    assert marker and f"chars omitted out of {total} total] ...\n" in tail
+    assert head.startswith("line0\nline1\n") and len(head) == 400
+    assert tail.endswith("line4998\nline4999\n") and len(tail.split("] ...\n", 1)[1]) == 600
+
+
+def test_endless_output_is_bounded_and_killed_at_the_timeout(engine):
+    with DockerEnvironment(image=BUSYBOX, settings=settings(terminal_output_max_chars=1000)) as env:
+        started = time.monotonic()
+        flood = env.execute("yes", timeout=2)
+        elapsed = time.monotonic() - started
+        assert (flood.returncode, flood.timed_out, flood.truncated) == (124, True, True)
+        assert flood.output.startswith("y\ny\n") and len(flood.output) < 1100 and 2 <= elapsed < 15
+        assert "yes" not in env.execute("ps -o comm").output.split()
+
+
+@pytest.mark.parametrize("image", [BUSYBOX, PYTHON])
+def test_files_round_trip_keep_mode_and_follow_symlinks(engine, image):
+    with DockerEnvironment(image=image, cwd="/srv", settings=settings()) as env:
+        env.write_file("a/b/data.bin", b"\x00\x01hello\xff")
+        assert env.read_file("/srv/a/b/data.bin") == b"\x00\x01hello\xff"
+        env.execute("chmod 750 a/b/data.bin && ln -s a/b/data.bin link")
+        env.write_file("link", b"#!/bin/sh\necho via-link\n")
+        assert env.execute(
+            "./a/b/data.bin; stat -c %a a/b/data.bin; [ -L link ] && echo still-a-link"
+        ).output == ("via-link\n750\nstill-a-link\n")
+        env.write_file("~/notes.txt", b"home")
+        assert env.execute("cat /root/notes.txt").output == "home"
+        with pytest.raises(FileNotFoundError):
+            env.read_file("missing.txt")
+        with pytest.raises(IsADirectoryError):
+            env.read_file("a")
+        with pytest.raises(IsADirectoryError):
+            env.write_file("a/b", b"x")
+
+
+def call(ctx: ToolContext, name: str, **arguments) -> dict:
+    return json.loads(REGISTRY[name].invoke(ctx, arguments))
+
+
+@pytest.mark.parametrize("image", [BUSYBOX, PYTHON])
+def test_terminal_and_file_tools_work_unchanged_inside_the_container(engine, image):
+    with DockerEnvironment(image=image, cwd="/work", settings=settings()) as env:
+        ctx = ToolContext(env=env, settings=settings())
+        try:
+            assert call(ctx, "write_file", path="pkg/app.py", content="def f():\n    return 1\n") == {
+                "bytes_written": 22,
+                "dirs_created": True,
+            }
+            assert (
+                call(ctx, "read_file", path="pkg/app.py")["content"] == "     1|def f():\n     2|    return 1"
+            )
+            patched = call(ctx, "patch", path="pkg/app.py", old_string="return 1", new_string="return 2")
+            assert patched["success"] and "+    return 2" in patched["diff"]
+            found = call(ctx, "search_files", pattern="return [0-9]", path=".")
+            assert found["matches"] == [{"path": "./pkg/app.py", "line": 2, "content": "    return 2"}]
+            assert call(ctx, "search_files", pattern="*.py", target="files")["files"] == ["./pkg/app.py"]
+            ran = call(ctx, "terminal", command="cat /etc/hermes-image && pwd")
+            assert ran == {"output": f"{image}\n/work", "exit_code": 0, "error": None}
+            timed = call(ctx, "terminal", command="sleep 30", timeout=1)
+            assert timed["exit_code"] == 124 and "timed out after 1s" in timed["output"]
+            bg = call(ctx, "terminal", command="echo started; sleep 30", background=True)
+            assert bg["exit_code"] == 0 and bg["session_id"].startswith("proc_")
+            time.sleep(0.5)
+            polled = call(ctx, "process", action="poll", session_id=bg["session_id"])
+            assert polled["status"] == "running" and polled["output_preview"] == "started"
+            killed = call(ctx, "process", action="kill", session_id=bg["session_id"])
+            assert killed["status"] == "killed"
+            assert call(ctx, "process", action="poll", session_id=bg["session_id"])["status"] == "exited"
+        finally:
+            ctx.close()
+
+
+def test_missing_image_fails_clearly_and_pull_failures_name_the_image(engine):
+    env = DockerEnvironment(image=ABSENT, settings=settings(), run_name="t-missing")
+    with pytest.raises(ImageUnavailable, match="hermes-test/absent:0.*pulling is off"):
+        env.start()
+    env.close()
+    assert labelled(engine, "t-missing") == []
+    problems = check_images([BUSYBOX, ABSENT, BUSYBOX], settings(docker_pull=True, docker_pull_timeout=30))
+    assert list(problems) == [ABSENT] and "pull" in problems[ABSENT]
+
+
+def test_reap_removes_only_the_named_runs_containers(engine):
+    keep = engine.containers.create(
+        BUSYBOX, ["sleep", "60"], labels={LABEL_RUN: "t-other"}, network_mode="none"
+    )
+    try:
+        envs = [
+            DockerEnvironment(image=BUSYBOX, settings=settings(), run_name="t-reap", prompt_id=i)
+            for i in range(3)
+        ]
+        for env in envs:
+            env.start()
+        assert len(labelled(engine, "t-reap")) == 3
+        assert len(reap_run_containers("t-reap")) == 3
+        assert labelled(engine, "t-reap") == [] and len(labelled(engine, "t-other")) == 1
+        for env in envs:
+            env.close()  # the container is already gone: still fine
+    finally:
+        keep.remove(force=True)
+
+
+def test_container_starts_are_bounded_without_deadlock(engine, monkeypatch):
+    from docker.models.containers import ContainerCollection
+
+    real_create = ContainerCollection.create
+    lock, in_flight, peak = threading.Lock(), [0], [0]
+
+    def counting_create(self, *args, **kwargs):
+        with lock:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+        try:
+            time.sleep(0.2)  # widen the window so unbounded starts would overlap
+            return real_create(self, *args, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(ContainerCollection, "create", counting_create)
+    s = settings(docker_max_concurrent_starts=2)
+    outputs: list[str] = []
+
+    def prompt(i: int) -> None:
+        with DockerEnvironment(image=BUSYBOX, settings=s, run_name="t-bound", prompt_id=i) as env:
+            outputs.append(env.execute(f"echo {i}").output)
+
+    threads = [threading.Thread(target=prompt, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(outputs, key=int) == [f"{i}\n" for i in range(8)]
+    assert peak[0] == 2
+    assert labelled(engine, "t-bound") == []
+
+
+def test_unreachable_engine_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/hermes-docker.sock")
+    with pytest.raises(EngineUnavailable, match="not reachable at unix:///nonexistent/hermes-docker.sock"):
+        docker_client()
+    with pytest.raises(EngineUnavailable):
+        DockerEnvironment(image=BUSYBOX).start()
+    with pytest.raises(EngineUnavailable):
+        check_images([BUSYBOX])
