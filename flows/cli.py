@@ -159,16 +159,46 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _prefect_local_defaults() -> None:
-    """Safe defaults for Prefect's local API, set only when the user has not set them."""
+def _prefect_local_defaults() -> bool:
+    """Safe defaults for Prefect's local API, set only when the user has not set them.
+
+    Returns:
+        True when the run uses Prefect's local (ephemeral) API.
+    """
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    if not os.environ.get("PREFECT_API_URL"):
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    if os.environ.get("PREFECT_API_URL"):
+        return False
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    print(
+        "No PREFECT_API_URL set: starting a local Prefect API for this run (takes 10-30 s).", file=sys.stderr
+    )
+    return True
+
+
+def _stop_now_on_ctrl_c() -> None:
+    """Local mode: Ctrl-C cancels every prompt, stops the local API and exits 130 at once.
+
+    The terminal's Ctrl-C also reaches Prefect's local API server (same process group), so
+    Prefect's own crash bookkeeping would only retry against a dead server for minutes.
+    Every finished prompt is already on disk (rows are fsynced as they arrive).
+    """
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        import psutil
+
+        from hermes_core.cancel import cancel_running
+
+        cancel_running()  # kills the prompts' commands and tears their sandboxes down
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
         print(
-            "No PREFECT_API_URL set: starting a local Prefect API for this run (takes 10-30 s).",
-            file=sys.stderr,
+            "\ninterrupted: finished prompts are saved; run again with --resume to continue", file=sys.stderr
         )
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, stop)
 
 
 def preflight(config: Any) -> int:
@@ -239,7 +269,8 @@ def run_batch(argv: list[str]) -> int:
         )  # reaches the tasks through the environment, never a parameter
     config = config_from_args(args)
     total = preflight(config)
-    _prefect_local_defaults()
+    if _prefect_local_defaults():
+        _stop_now_on_ctrl_c()
     if config.verbose:
         import logging
 

@@ -26,6 +26,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.config import BatchConfig
 from flows.progress import RunProgress, artifact_key
+from hermes_core.cancel import cancel_running
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
@@ -210,7 +211,7 @@ def _sliding_window(config, pending, ledger, progress, runner) -> list[str]:
     while in_flight < config.num_workers and submit_next():
         in_flight += 1
     while in_flight:
-        job, future = done.get()
+        job, future = _next_done(done)
         in_flight -= 1
         future.wait()  # the final state travels with the future (the API may still say Pending)
         state = future.state
@@ -240,6 +241,22 @@ def _sliding_window(config, pending, ledger, progress, runner) -> list[str]:
         if submit_next():
             in_flight += 1
     return failed
+
+
+def _next_done(done: queue.SimpleQueue):
+    """The next finished (job, future); on Ctrl-C every running prompt is cancelled first.
+
+    Waits in short slices so that the interrupt is seen at once; cancelling kills the
+    prompts' commands and sandboxes, so the task runner's shutdown does not wait for them.
+    """
+    while True:
+        try:
+            return done.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        except KeyboardInterrupt:
+            cancel_running()
+            raise
 
 
 def _publish(config: BatchConfig, stats: dict[str, Any], merge) -> None:

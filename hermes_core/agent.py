@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from hermes_core.cancel import check_cancelled
 from hermes_core.client import ModelClient, Usage
 from hermes_core.exceptions import (
     AgentStop,
@@ -149,6 +150,7 @@ class Agent:
         return [*head, *self.config.prefill_messages, *sent]
 
     def _time_left(self) -> float | None:
+        check_cancelled()
         if self.ctx.deadline is None:
             return None
         left = self.ctx.deadline - time.monotonic()

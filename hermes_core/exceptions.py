@@ -55,6 +55,10 @@ class PromptTimeout(HermesError):
     """The per-prompt wall-clock deadline passed (checked between turns and bounding tool timeouts)."""
 
 
+class PromptCancelled(HermesError):
+    """The run is being stopped (Ctrl-C, cancellation): the prompt ends without a trajectory."""
+
+
 class AgentStop(HermesError):
     """Base of the endings that still produce a trajectory row.
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hermes_core.agent import Agent, AgentConfig, AgentResult
+from hermes_core.cancel import check_cancelled, tracked
 from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.environments import create_environment
@@ -99,6 +100,7 @@ def run_prompt(
     Raises:
         ModelError: provider error after retries, or a non-retryable 4xx.
         PromptTimeout: the prompt ran past ``spec.prompt_timeout``.
+        PromptCancelled: the process is stopping (:func:`hermes_core.cancel.cancel_running`).
         SandboxError: the sandbox could not be created or broke.
         ConfigError: unknown distribution or backend, missing API key.
     """
@@ -122,13 +124,17 @@ def run_prompt(
         prompt_id=job.prompt_id,
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
-    with env:
+    with env, tracked(env):
         endpoint = ModelEndpoint(base_url=client.base_url, api_key=settings.api_key, model=spec.model.model)
         ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
         try:
             result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
+        except Exception:
+            check_cancelled()  # an error caused by a cancellation (killed command, closed sandbox) is one
+            raise
         finally:
             ctx.close()
+        check_cancelled()  # commands killed by a cancellation do not make a trajectory
     assistant_turns, with_reasoning = result.reasoning
     usage = result.usage.as_dict()
     duration = round(time.monotonic() - started, 3)

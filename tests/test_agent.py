@@ -268,3 +268,38 @@ def test_reasoning_disabled_wins_over_effort():
     options = ModelOptions(model="m", reasoning_effort="high", reasoning_disabled=True)
     assert options.extra_body() == {"reasoning": {"effort": "none"}}
     assert ModelOptions(model="m").extra_body() == {}
+
+
+def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_path):
+    from hermes_core import cancel
+    from hermes_core.exceptions import PromptCancelled
+    from tests.conftest import wait_dead
+
+    pid_file = tmp_path / "sleeper.pid"
+    prompt = f"[mock:command=sh -c 'echo $$ > {pid_file}; exec sleep 60'] cancel me"
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_prompt(_job(prompt), _spec(mock_server), SETTINGS)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sleeper = int(pid_file.read_text())
+    started = time.monotonic()
+    try:
+        assert cancel.cancel_running() == 1
+        worker.join(timeout=15)
+        assert not worker.is_alive() and time.monotonic() - started < 10
+        assert wait_dead(sleeper)
+        assert len(errors) == 1 and isinstance(errors[0], PromptCancelled)
+        with pytest.raises(PromptCancelled):  # new prompts refuse while cancelled
+            run_prompt(_job("after cancel"), _spec(mock_server), SETTINGS)
+    finally:
+        cancel.reset()
+    assert run_prompt(_job("after reset"), _spec(mock_server), SETTINGS).status == "completed"

@@ -49,3 +49,48 @@ def test_readme_main_command_on_the_example_dataset(tmp_path):
     assert stats["tool_statistics"]["terminal"]["count"] == 24
     # the first tool turn of the first prompt holds the real output of a real shell command
     assert '"exit_code": 0' in rows[0]["conversations"][3]["value"]
+
+
+def test_ctrl_c_stops_at_once_and_leaves_nothing_running(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    marker = "hermes-ctrl-c-test-sleeper"
+    dataset = tmp_path / "slow.jsonl"
+    dataset.write_text(
+        "".join(
+            json.dumps({"prompt": f"[mock:command=exec -a {marker} sleep 120] slow {i}"}) + "\n"
+            for i in range(4)
+        ),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPENROUTER_", "OPENAI_"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "batch_runner.py"), f"--dataset_file={dataset}", "--batch_size=2",
+         "--run_name=slow", "--model=mock/scripted", "--distribution=terminal_only"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+    def sleepers() -> list[psutil.Process]:
+        return [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if p.info["cmdline"] and marker in p.info["cmdline"][0]
+        ]
+
+    deadline = time.monotonic() + 120
+    while len(sleepers()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert len(sleepers()) >= 2, "the prompts' commands never started"
+    children = psutil.Process(proc.pid).children(recursive=True)
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and time.monotonic() - started < 10
+    assert "run again with --resume" in stderr
+    time.sleep(0.5)
+    assert sleepers() == []
+    assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
