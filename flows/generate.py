@@ -112,6 +112,7 @@ def generate_trajectories(config: BatchConfig) -> State:
         finished = ledger.finished
         pending = [job for job in jobs if job.prompt_id not in finished]
         index_of = {job.prompt_id: job.prompt_index for job in jobs}
+        done_before = len(jobs) - len(pending)
         ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
         backend = config.terminal_env or HermesSettings().terminal_env  # docker: reap leftovers, check images
         pending, image_failed = prepare_sandboxes(config.run_name, pending, backend, ledger)
@@ -119,11 +120,9 @@ def generate_trajectories(config: BatchConfig) -> State:
             logger.info("tool %s not offered: %s", tool, reason)
         logger.info(
             "run %s: %d prompts, %d already finished, %d to run with %d workers",
-            config.run_name, len(jobs), len(jobs) - len(pending), len(pending), config.num_workers,
+            config.run_name, len(jobs), done_before, len(pending), config.num_workers,
         )  # fmt: skip
-        progress = RunProgress(
-            config.run_name, total=len(pending), already_finished=len(jobs) - len(pending)
-        ).open()
+        progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before).open()
         failed = image_failed + _run_prompts(config, pending, ledger, progress)
         ledger.write_checkpoint()
         ledger.close()
@@ -132,7 +131,7 @@ def generate_trajectories(config: BatchConfig) -> State:
         duration = time.monotonic() - started
         finish_invocation(info, duration_s=round(duration, 3), ran=len(pending), failed=len(failed))
         stats = statistics_task(config, merge, len(jobs), info.total_duration, failed)
-        _publish(config, stats, merge)
+        _publish(config, stats)
 
     if failed:
         return Failed(
@@ -259,7 +258,7 @@ def _next_done(done: queue.SimpleQueue):
             raise
 
 
-def _publish(config: BatchConfig, stats: dict[str, Any], merge) -> None:
+def _publish(config: BatchConfig, stats: dict[str, Any]) -> None:
     """Table artifact of tool statistics and a markdown summary."""
     rows = [
         {"tool": tool, **values}
