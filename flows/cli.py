@@ -54,8 +54,9 @@ def _flag(parser: argparse.ArgumentParser, name: str, help: str) -> None:
 def build_run_parser() -> argparse.ArgumentParser:
     """The parser of a batch run: every reference flag (same names and defaults) plus ours."""
     p = _Parser(
-        prog="batch_runner.py",
+        prog=os.path.basename(sys.argv[0]) or "batch_runner.py",
         description="Run the Hermes agent over a JSONL dataset and write ShareGPT trajectories to data/<run_name>/.",
+        epilog='One prompt, trajectory row printed: hermes-batch agent "PROMPT" --model mock/scripted --toolsets terminal,file',
     )
     ref = p.add_argument_group("reference flags")
     ref.add_argument("--dataset_file", help="JSONL dataset path (required)")

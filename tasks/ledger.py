@@ -116,6 +116,7 @@ class RunLedger:
         run_dir.mkdir(parents=True, exist_ok=True)
         ledger = cls(run_dir=run_dir, run_name=run_name)
         highest = -1
+        rows_in: dict[int, int] = {}
         for path in sorted(run_dir.iterdir()):
             match = BATCH_RE.match(path.name)
             if not match:
@@ -128,12 +129,26 @@ class RunLedger:
                     found = _PROMPT_ID_RE.search(line)
                     if found:
                         ledger.rows.setdefault(found.group(1).decode(), number)
+                        rows_in[number] = rows_in.get(number, 0) + 1
         for name in ("discarded.jsonl", "failures.jsonl"):
             ledger.torn_bytes += repair_torn_tail(run_dir / name)
+        discards_in: dict[int, int] = {}
         for tomb in _read_jsonl(run_dir / "discarded.jsonl"):
             ledger.discarded.add(tomb["prompt_id"])
+            if tomb.get("batch_num") is not None:
+                discards_in[tomb["batch_num"]] = discards_in.get(tomb["batch_num"], 0) + 1
         checkpoint = _read_json(run_dir / "checkpoint.json") or {}
         ledger.batch_stats = dict(checkpoint.get("batch_stats", {}))
+        # batches of a killed invocation never reached the checkpoint: count what they wrote
+        for number in sorted(set(rows_in) | set(discards_in)):
+            ledger.batch_stats.setdefault(
+                str(number),
+                {
+                    "processed": rows_in.get(number, 0),
+                    "skipped": 0,
+                    "discarded_no_reasoning": discards_in.get(number, 0),
+                },
+            )
         highest = max([highest, *(int(n) for n in ledger.batch_stats)])
         ledger.next_batch = highest + 1
         return ledger
@@ -182,7 +197,8 @@ class RunLedger:
         """Write a tombstone for a sample without reasoning; False if the prompt is finished."""
         if prompt_id in self.rows or prompt_id in self.discarded:
             return False
-        self._append("discarded.jsonl", {"prompt_id": prompt_id, **tombstone, "time": now_iso()})
+        tombstone = {"prompt_id": prompt_id, **tombstone, "batch_num": self._assigned.get(prompt_id)}
+        self._append("discarded.jsonl", {**tombstone, "time": now_iso()})
         self.discarded.add(prompt_id)
         self._resolve(prompt_id, "discarded_no_reasoning")
         return True

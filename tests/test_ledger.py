@@ -104,3 +104,24 @@ def test_run_lock_refuses_a_second_process(tmp_path):
         with RunLock(tmp_path):
             with RunLock(tmp_path):
                 pass
+
+
+def test_batches_of_a_killed_invocation_get_their_stats_back(tmp_path):
+    ledger = RunLedger.open(tmp_path, "r")
+    index_of = {f"id{i}": i for i in range(4)}
+    ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=4, index_of=index_of)
+    ledger.record_row("id0", _row("id0", 0))
+    ledger.record_discard("id1", {"prompt_index": 1, "assistant_turns": 1})
+    ledger.close()  # killed here: batch 0 never complete, no checkpoint written
+    assert not (tmp_path / "checkpoint.json").exists()
+    again = RunLedger.open(tmp_path, "r")
+    assert again.batch_stats == {"0": {"processed": 1, "skipped": 0, "discarded_no_reasoning": 1}}
+    again.plan([(2, "id2"), (3, "id3")], batch_size=4, index_of=index_of)
+    again.record_row("id2", _row("id2", 2))
+    again.record_row("id3", _row("id3", 3))
+    checkpoint = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert checkpoint["batch_stats"] == {
+        "0": {"processed": 1, "skipped": 0, "discarded_no_reasoning": 1},
+        "1": {"processed": 2, "skipped": 0, "discarded_no_reasoning": 0},
+    }
+    assert checkpoint["completed_prompts"] == [0, 1, 2, 3]
