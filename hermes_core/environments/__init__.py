@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+import posixpath
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,6 +76,26 @@ class Environment(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+class SandboxLifecycle:
+    """Context-manager use shared by every backend: ``start()`` on enter, ``close(interrupted)`` always on exit."""
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(interrupted=exc is not None)
+
+
+CONTAINER_WORKDIR = "/workspace"
+"""Working directory of container-like backends when the record names no ``cwd``."""
+
+
+def container_cwd(cwd: str | None) -> str:
+    """The absolute working directory of a container-like sandbox (relative ``cwd`` is under /workspace)."""
+    return posixpath.normpath(posixpath.join(CONTAINER_WORKDIR, cwd)) if cwd else CONTAINER_WORKDIR
+
+
 # name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
     "local": "hermes_core.environments.local:LocalEnvironment",
@@ -104,4 +125,12 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
     return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 
 
-__all__ = ["BACKENDS", "Environment", "ExecResult", "create_environment"]
+__all__ = [
+    "BACKENDS",
+    "CONTAINER_WORKDIR",
+    "Environment",
+    "ExecResult",
+    "SandboxLifecycle",
+    "container_cwd",
+    "create_environment",
+]

@@ -42,7 +42,7 @@ import docker
 import docker.errors
 import requests
 
-from hermes_core.environments import ExecResult
+from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
 from hermes_core.exceptions import SandboxError
@@ -52,7 +52,6 @@ logger = logging.getLogger(__name__)
 
 LABEL_RUN = "hermes-batch.run"
 LABEL_PROMPT = "hermes-batch.prompt"
-DEFAULT_WORKDIR = "/workspace"
 """Working directory of a prompt whose record names no ``cwd``."""
 
 _KEEPER = ["sleep", "2147483647"]
@@ -201,7 +200,7 @@ def _remove_live_containers() -> None:
 # -- the environment ---------------------------------------------------------------------
 
 
-class DockerEnvironment:
+class DockerEnvironment(SandboxLifecycle):
     """Per-prompt sandbox in its own container.
 
     Args:
@@ -230,7 +229,7 @@ class DockerEnvironment:
     ):
         self.settings = settings or HermesSettings()
         self.image = image or self.settings.terminal_docker_image
-        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.cwd = container_cwd(cwd)
         self.run_name = run_name
         self.prompt_id = str(prompt_id)
         self.container_id = ""
@@ -306,13 +305,6 @@ class DockerEnvironment:
             logger.warning("could not remove container %s: %s", container.short_id, exc)
         with _live_lock:
             _live.pop(container.id, None)
-
-    def __enter__(self) -> DockerEnvironment:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.close(interrupted=exc is not None)
 
     # -- commands ----------------------------------------------------------------------
 
@@ -515,7 +507,6 @@ class DockerEnvironment:
 
 
 __all__ = [
-    "DEFAULT_WORKDIR",
     "LABEL_PROMPT",
     "LABEL_RUN",
     "DockerEnvironment",

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 
-from hermes_core.environments import ExecResult
+from hermes_core.environments import ExecResult, SandboxLifecycle
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 
@@ -76,7 +76,7 @@ class _BoundedOutput:
         return self.head + marker + self.tail, True
 
 
-class LocalEnvironment:
+class LocalEnvironment(SandboxLifecycle):
     """Per-prompt sandbox on the host: its own working directory, commands in their own process groups.
 
     Args:
@@ -156,13 +156,6 @@ class LocalEnvironment:
             shutil.rmtree(self._tempdir, ignore_errors=True)
         if self._sandbox_tmp:
             shutil.rmtree(self._sandbox_tmp, ignore_errors=True)
-
-    def __enter__(self) -> LocalEnvironment:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.close(interrupted=exc is not None)
 
     # -- commands ----------------------------------------------------------------
 

@@ -24,9 +24,8 @@ import posixpath
 import time
 from typing import Any
 
-from hermes_core.environments import ExecResult
+from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
-from hermes_core.environments.docker import DEFAULT_WORKDIR
 from hermes_core.environments.local import _BoundedOutput
 from hermes_core.exceptions import ConfigError, SandboxError
 from hermes_core.settings import HermesSettings
@@ -47,7 +46,7 @@ def _modal() -> Any:
         ) from None
 
 
-class ModalEnvironment:
+class ModalEnvironment(SandboxLifecycle):
     """Per-prompt sandbox in a Modal Sandbox.
 
     Args:
@@ -73,7 +72,7 @@ class ModalEnvironment:
     ):
         self.settings = settings or HermesSettings()
         self.image = image or self.settings.terminal_docker_image
-        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.cwd = container_cwd(cwd)
         self.run_name, self.prompt_id = run_name, str(prompt_id)
         self._sandbox: Any = None
         self._closed = False
@@ -124,13 +123,6 @@ class ModalEnvironment:
             sandbox.terminate()
         except Exception as exc:  # noqa: BLE001 - teardown never raises; Modal ends it at its timeout
             logger.warning("could not terminate Modal sandbox: %s", exc)
-
-    def __enter__(self) -> ModalEnvironment:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.close(interrupted=exc is not None)
 
     def _exec(self, argv: list[str], timeout: float | None = None) -> Any:
         if self._sandbox is None or self._closed:

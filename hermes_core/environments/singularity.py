@@ -24,9 +24,8 @@ import shlex
 import shutil
 import subprocess
 
-from hermes_core.environments import ExecResult
+from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
-from hermes_core.environments.docker import DEFAULT_WORKDIR
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -46,7 +45,7 @@ def image_uri(image: str) -> str:
     return f"docker://{image}"
 
 
-class SingularityEnvironment:
+class SingularityEnvironment(SandboxLifecycle):
     """Per-prompt sandbox in an Apptainer/Singularity instance.
 
     Args:
@@ -73,7 +72,7 @@ class SingularityEnvironment:
     ):
         self.settings = settings or HermesSettings()
         self.image = image_uri(image or self.settings.terminal_docker_image)
-        self.cwd = posixpath.normpath(posixpath.join(DEFAULT_WORKDIR, cwd)) if cwd else DEFAULT_WORKDIR
+        self.cwd = container_cwd(cwd)
         self.run_name, self.prompt_id = run_name, str(prompt_id)
         self.instance = ""
         self._binary = find_binary()
@@ -122,13 +121,6 @@ class SingularityEnvironment:
             except Exception as exc:  # noqa: BLE001 - teardown never raises
                 logger.warning("could not stop instance %s: %s", self.instance, exc)
         self._host.close()
-
-    def __enter__(self) -> SingularityEnvironment:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self.close(interrupted=exc is not None)
 
     def _exec_argv(self, *args: str) -> list[str]:
         if not self.instance or self._closed:
