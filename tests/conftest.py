@@ -119,7 +119,8 @@ def prefect_server(tmp_path_factory):
 def cli(prefect_server, tmp_path):
     """Run the command line as a real subprocess against the session's Prefect server.
 
-    Returns ``run(*args, env=None, timeout=300) -> CompletedProcess`` with cwd = a temp folder.
+    Returns ``run(*args, env=None, timeout=300) -> CompletedProcess`` with cwd = a temp folder;
+    ``run.spawn(*args, env=None) -> Popen`` starts it in the background in its own process group.
     """
     import subprocess
     import sys
@@ -129,8 +130,8 @@ def cli(prefect_server, tmp_path):
     client_home = tmp_path / "prefect-client-home"
     client_home.mkdir()
 
-    def run(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        full_env = {
+    def environment(env: dict | None) -> dict:
+        return {
             **os.environ,
             "PREFECT_API_URL": prefect_server,
             "PREFECT_HOME": str(client_home),
@@ -138,15 +139,29 @@ def cli(prefect_server, tmp_path):
             "COLUMNS": "200",
             **(env or {}),
         }
+
+    def run(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, str(repo / "batch_runner.py"), *args],
             cwd=tmp_path,
-            env=full_env,
+            env=environment(env),
             capture_output=True,
             text=True,
             timeout=timeout,
         )
 
+    def spawn(*args: str, env: dict | None = None) -> subprocess.Popen:
+        """Start the command line in the background, in its own process group (output discarded)."""
+        return subprocess.Popen(
+            [sys.executable, str(repo / "batch_runner.py"), *args],
+            cwd=tmp_path,
+            env=environment(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
     run.cwd = tmp_path
+    run.spawn = spawn
     run.api_url = prefect_server
     return run

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -178,20 +176,7 @@ def test_kill_then_resume_loses_nothing_and_repeats_nothing(cli, mock_server):
     prompts = [f"kill test prompt {i}" for i in range(16)]
     dataset = _write_dataset(cli.cwd / "kill.jsonl", prompts)
     args = _args(dataset, "killed", mock_server, "--num_workers=2", model="mock/scripted?latency_ms=300")
-    env = {
-        **os.environ,
-        "PREFECT_API_URL": cli.api_url,
-        "PREFECT_HOME": str(cli.cwd / "prefect-client-home"),
-    }
-    repo = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, str(repo / "batch_runner.py"), *args],
-        cwd=cli.cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = cli.spawn(*args)
     run = cli.cwd / "data" / "killed"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -113,21 +111,7 @@ def test_killed_run_leaves_containers_that_the_next_run_removes(cli, mock_server
     prompts = [f"[mock:turns=1,hang_s=120,hang_count=1] kill in container {i}" for i in range(3)]
     dataset = _dataset(cli.cwd / "kill.jsonl", [{"prompt": p} for p in prompts])
     args = _args(dataset, "dk-killed", mock_server, "--num_workers=3")
-    env = {
-        **os.environ,
-        **ENV,
-        "PREFECT_API_URL": cli.api_url,
-        "PREFECT_HOME": str(cli.cwd / "prefect-client-home"),
-    }
-    repo = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, str(repo / "batch_runner.py"), *args],
-        cwd=cli.cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = cli.spawn(*args, env=ENV)
     deadline = time.monotonic() + 120
     seen = mock_server.stats()["by_conversation"]
     while time.monotonic() < deadline and proc.poll() is None:
