@@ -182,24 +182,37 @@ def _stop_now_on_ctrl_c() -> None:
 
     The terminal's Ctrl-C also reaches Prefect's local API server (same process group), so
     Prefect's own crash bookkeeping would only retry against a dead server for minutes.
-    Every finished prompt is already on disk (rows are fsynced as they arrive).
+    Every finished prompt is already on disk (rows are fsynced as they arrive). The signal
+    is taken from a wake-up pipe by a watcher thread, so it acts even while the main thread
+    is blocked inside a library call.
     """
     import signal
+    import threading
 
-    def stop(signum: int, frame: object) -> None:
-        import psutil
+    import psutil
 
-        from hermes_core.cancel import cancel_running
+    from hermes_core.cancel import cancel_running
 
+    def stop() -> None:
         cancel_running()  # kills the prompts' commands and tears their sandboxes down
         for child in psutil.Process().children(recursive=True):
             child.kill()
-        print(
-            "\ninterrupted: finished prompts are saved; run again with --resume to continue", file=sys.stderr
-        )
+        os.write(2, b"\ninterrupted: finished prompts are saved; run again with --resume to continue\n")
         os._exit(130)
 
-    signal.signal(signal.SIGINT, stop)
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def watch() -> None:
+        while True:
+            if signal.SIGINT in os.read(read_end, 64):
+                stop()
+
+    signal.signal(
+        signal.SIGINT, lambda signum, frame: None
+    )  # the watcher acts; Python just must not ignore it
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    threading.Thread(target=watch, name="ctrl-c-watcher", daemon=True).start()
 
 
 def preflight(config: Any) -> int:
