@@ -28,7 +28,9 @@ log = logging.getLogger(__name__)
 
 _BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
 _MAX_OPEN_FILES = 32
-_CHUNK_BYTES = 16 << 20  # lines decoded per polars call in compute_statistics
+# Bytes of lines decoded per polars call in compute_statistics. Measured on 100,000 rows (1.4 GB,
+# bench/postprocess.py): 16 MB chunks peaked at 269 MB RSS in 7.7 s, 4 MB at 177 MB in 5.1 s.
+_CHUNK_BYTES = 4 << 20
 
 
 @dataclass
