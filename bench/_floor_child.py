@@ -1,0 +1,75 @@
+"""Child process: Prefect's own floor, a flow of N trivial tasks (each sleeps ``sleep_s``) on W threads.
+
+Usage: ``python bench/_floor_child.py '{"n": 512, "workers": 64, "sleep_s": 0.2, "persist": false,
+"exit_file": "..."}'`` with ``PREFECT_API_URL`` set. Prints ``BENCH_RESULT {json}`` like
+bench/_flow_child.py: the per-task CPU that Prefect itself costs, whatever the task does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import resource
+import sys
+import time
+
+_FINAL: dict = {}
+
+
+def _at_exit() -> None:  # registered before Prefect is imported: runs after its exit handlers
+    if _FINAL.get("exit_file"):
+        with open(_FINAL["exit_file"], "w") as fh:
+            json.dump(
+                {
+                    "cpu_at_exit": time.process_time(),
+                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                },
+                fh,
+            )
+
+
+def main() -> None:
+    atexit.register(_at_exit)
+    spec = json.loads(sys.argv[1])
+    _FINAL["exit_file"] = spec.get("exit_file")
+    t_import = time.perf_counter()
+    from prefect import flow, task
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    import_s = time.perf_counter() - t_import
+    sleep_s = spec.get("sleep_s", 0.2)
+
+    @task(name="noop", persist_result=spec.get("persist", False))
+    def noop(i: int) -> int:
+        time.sleep(sleep_s)
+        return i
+
+    @flow(
+        name="prefect-floor",
+        task_runner=ThreadPoolTaskRunner(max_workers=spec["workers"]),
+        persist_result=False,
+    )
+    def floor(n: int) -> int:
+        futures = noop.map(range(n))
+        return sum(f.result() for f in futures)
+
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    floor(spec["n"])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    from _common import emit
+
+    emit(
+        {
+            "import_s": round(import_s, 3),
+            "flow_wall_s": round(wall, 3),
+            "flow_cpu_s": round(cpu, 3),
+            "cpu_before_flow_s": round(cpu0, 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "state": "COMPLETED",
+            "message": "",
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

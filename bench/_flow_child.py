@@ -1,0 +1,259 @@
+"""Child process of the benchmarks: one run of the real ``generate-trajectories`` flow, in-process.
+
+Usage: ``python bench/_flow_child.py '<json>'`` with ``{"config": {BatchConfig fields},
+"profile": null | "path.html" / "path.txt" (pyinstrument, main thread) | "path.prof" (cProfile
+stats as text)}``; ``PREFECT_API_URL``
+must point at the server. Prints ``BENCH_RESULT {json}``: the flow's wall seconds, this
+process's CPU seconds during the flow (all threads, not the tool subprocesses), and at exit
+(after Prefect has flushed its events and logs), peak RSS, the final state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+_T_START = time.perf_counter()
+_FINAL: dict = {}
+
+
+def _at_exit() -> None:  # registered first, so it runs after Prefect's own exit handlers
+    path = _FINAL.get("exit_file")
+    if path:
+        with open(path, "w") as fh:
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            json.dump(
+                {
+                    "cpu_at_exit": time.process_time(),
+                    "peak_rss_mb": _peak_mb(),
+                    "children_cpu_s": children.ru_utime + children.ru_stime,
+                },
+                fh,
+            )
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _mark_prompt_phase_end() -> None:
+    """Record the peak RSS reached when the merge starts: the peak of the prompt phase (bookkeeping only)."""
+    import flows.generate as generate
+
+    inner = generate.merge_trajectories
+
+    def merge_trajectories(*a, **kw):
+        _FINAL.setdefault("peak_rss_prompt_phase_mb", _peak_mb())
+        return inner(*a, **kw)
+
+    generate.merge_trajectories = merge_trajectories
+
+
+def apply_patches(names: list[str]) -> None:
+    """Experiments on a private copy of the product's behaviour (never written to the product's files).
+
+    * ``zlib``: the prompt task's result serializer ``compressed/pickle`` with zlib instead of lzma.
+    * ``pickle``: the prompt task's result serializer plain ``pickle`` (no compression).
+    * ``mallopt``: glibc ``mallopt(M_ARENA_MAX, 2)`` before the flow starts its threads.
+    * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
+    * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
+    * ``raw_post``: ``ModelClient.complete`` sends the body with ``client.post`` (the SDK's
+      recursive TypedDict ``maybe_transform`` of messages and tools is skipped).
+    """
+    import flows.generate as generate
+
+    if "mallopt" in names:  # M_ARENA_MAX = 2 set at run time (what MALLOC_ARENA_MAX=2 does at start-up)
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 2)
+    if "ledger_nosync" in names:  # upper bound of what taking fsync off the dispatcher could give
+        import tasks.ledger as ledger_mod
+
+        def append_nosync(fh, obj):
+            fh.write((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+
+        ledger_mod.append_jsonl = append_nosync
+    if "timeline" in names:  # record (start, end) of every run_prompt call: where the slots' time goes
+        import atexit as _atexit
+
+        import hermes_core.runner as runner_mod
+        import tasks.prompt as prompt_mod
+
+        spans: list[tuple[float, float]] = []
+        inner = runner_mod.run_prompt
+
+        def timed_run_prompt(*a, **kw):
+            t0 = time.monotonic()
+            try:
+                return inner(*a, **kw)
+            finally:
+                spans.append((t0, time.monotonic()))
+
+        prompt_mod.run_prompt = timed_run_prompt
+        # time spent by the flow's dispatcher thread in each step of handling a completion
+        from prefect.futures import PrefectConcurrentFuture
+        from prefect.tasks import Task
+
+        import flows.progress as progress_mod
+        from tasks.ledger import RunLedger
+
+        steps: dict[str, list[float]] = {}
+
+        def timing(owner, attr, label):
+            original = getattr(owner, attr)
+
+            def wrapper(*a, **kw):
+                t0 = time.perf_counter()
+                try:
+                    return original(*a, **kw)
+                finally:
+                    steps.setdefault(label, []).append(time.perf_counter() - t0)
+
+            setattr(owner, attr, wrapper)
+
+        timing(Task, "submit", "task.submit")
+        timing(RunLedger, "record_row", "ledger.record_row")
+        timing(progress_mod.RunProgress, "record", "progress.record")
+        timing(PrefectConcurrentFuture, "wait", "future.wait")
+        path = os.environ.get("HERMES_BENCH_TIMELINE", "timeline.json")
+        _atexit.register(lambda: Path(path).write_text(json.dumps({"spans": spans, "steps": steps})))
+
+    if "zlib" in names or "pickle" in names:
+        from prefect.serializers import CompressedSerializer
+
+        ser = (
+            "pickle"
+            if "pickle" in names
+            else CompressedSerializer(serializer="pickle", compressionlib="zlib")
+        )
+        generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer=ser)
+    if "raw_post" in names:
+        from openai.types.chat import ChatCompletion
+
+        from hermes_core import client as client_mod
+
+        original = client_mod.ModelClient.complete
+
+        def complete(self, messages, tools, *, timeout=None):
+            real = self._client  # a ModelClient is made per prompt, so swapping it is thread-safe
+            body = {"model": self.options.model, "messages": messages}
+            if tools:
+                body["tools"] = tools
+            if self.options.max_tokens:
+                body["max_tokens"] = self.options.max_tokens
+            body.update(self._extra_body or {})
+            c = real if timeout is None else real.with_options(timeout=timeout)
+
+            class _Completions:
+                @staticmethod
+                def create(**kwargs):
+                    return c.post("/chat/completions", body=body, cast_to=ChatCompletion)
+
+            class _Chat:
+                completions = _Completions()
+
+            class _Client:
+                chat = _Chat()
+
+                @staticmethod
+                def with_options(**kw):
+                    return _Client()
+
+            saved = self._client
+            self._client = _Client()
+            try:
+                return original(self, messages, tools, timeout=None)
+            finally:
+                self._client = saved
+
+        client_mod.ModelClient.complete = complete
+
+
+def main() -> None:
+    atexit.register(_at_exit)
+    spec = json.loads(sys.argv[1])
+    _FINAL["exit_file"] = spec.get("exit_file")
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from flows.config import BatchConfig
+    from flows.generate import generate_trajectories
+
+    import_s = time.perf_counter() - _T_START
+    apply_patches(spec.get("patches") or [])
+    _mark_prompt_phase_end()
+    config = BatchConfig(**spec["config"])
+    profile = spec.get("profile")
+    profiler = None
+    pyinstrument = bool(profile) and profile.endswith((".html", ".txt"))
+    if pyinstrument:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.005, async_mode="disabled")
+        profiler.start()
+    elif profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    trace = spec.get("tracemalloc")
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start(8)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    state = generate_trajectories(config=config, return_state=True)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    census = spec.get("census")
+    if census:  # live objects by type after the flow (what a longer run keeps per prompt)
+        import gc
+        from collections import Counter
+
+        gc.collect()
+        counts: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for obj in gc.get_objects():
+            name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+            counts[name] += 1
+            sizes[name] += sys.getsizeof(obj)
+        with open(census, "w") as fh:
+            json.dump({k: [counts[k], sizes[k]] for k in counts}, fh)
+    if trace:
+        import gc
+
+        gc.collect()
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        snap.dump(trace)
+    if profiler is not None and pyinstrument:
+        profiler.stop()
+        with open(profile, "w") as fh:
+            fh.write(
+                profiler.output_html() if profile.endswith(".html") else profiler.output_text(color=False)
+            )
+    elif profiler is not None:
+        import pstats
+
+        profiler.disable()
+        with open(profile, "w") as fh:
+            pstats.Stats(profiler, stream=fh).sort_stats("cumulative").print_stats(60)
+    from _common import emit
+
+    emit(
+        {
+            "import_s": round(import_s, 3),
+            "flow_wall_s": round(wall, 3),
+            "flow_cpu_s": round(cpu, 3),
+            "cpu_before_flow_s": round(cpu0, 3),
+            "peak_rss_mb": round(_peak_mb(), 1),
+            "peak_rss_prompt_phase_mb": round(_FINAL.get("peak_rss_prompt_phase_mb", 0.0), 1),
+            "state": state.type.value,
+            "message": state.message,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Resume speed: ``--resume`` of a finished 10,000-prompt run, and of one where 1% must re-run.
+
+The 10,000-prompt run folder is synthesised through the product's own code path: a real
+seed run of 20 prompts (the flow, against the mock model) gives real rows and cache records;
+every other prompt gets a copy of a seed row with its own identity (prompt_index, prompt_id,
+prompt text, source), written by :class:`tasks.ledger.RunLedger` (``record_row``, fsync per
+row; ``record_failure``; ``write_checkpoint``), with ``run.json`` from
+``tasks.run_setup`` and ``trajectories.jsonl`` / ``statistics.json`` from
+``tasks.postprocess``, so every file is byte-for-byte what a real run writes. The 1% case has
+100 seeded prompts with a failure line and no row (failed prompts are never cached).
+The folders are cached under ``$HERMES_BENCH_DIR/resume-cache`` and copied before each timing.
+
+Timed: the real command line (``python batch_runner.py ... --resume``) as a subprocess
+against a real Prefect server, start to exit, plus the flow's own duration from ``run.json``;
+model requests are counted at the mock server's ``/stats``.
+
+Usage: ``python bench/resume.py [--n 10000] [--json out.json] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _common import REPO, WORK, MockModel, PrefectServer, log, run_child, save_json, write_prompts  # noqa: E402
+
+MODEL = "mock/scripted?latency_ms=1000&turns=2"
+DIST = "terminal_only"
+BATCH_SIZE = 100
+SEED_N = 20
+RERUN_FRACTION = 0.01
+SERVER_ENV = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500"}
+
+
+def cli_args(dataset: Path, run_name: str, output_dir: Path, base_url: str, workers: int) -> list[str]:
+    """The command line of the run (the same defining settings every time)."""
+    return [
+        f"--dataset_file={dataset}",
+        f"--batch_size={BATCH_SIZE}",
+        f"--run_name={run_name}",
+        f"--output_dir={output_dir}",
+        f"--model={MODEL}",
+        f"--base_url={base_url}",
+        f"--distribution={DIST}",
+        f"--num_workers={workers}",
+    ]
+
+
+def seed_run(root: Path, dataset: Path, mock: MockModel, server: PrefectServer) -> Path:
+    """A real run of the first SEED_N prompts of ``dataset`` (the flow against the mock model)."""
+    out = root / "seed"
+    if out.exists():
+        shutil.rmtree(out)
+    config = {
+        "dataset_file": str(dataset),
+        "batch_size": BATCH_SIZE,
+        "run_name": "seed",
+        "output_dir": str(root),
+        "model": MODEL,
+        "base_url": mock.base_url,
+        "distribution": DIST,
+        "num_workers": SEED_N,
+        "max_samples": SEED_N,
+    }
+    env = {"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(root / "client-home")}
+    child = run_child(["bench/_flow_child.py", json.dumps({"config": config})], env, root / "seed.log")
+    if child.result["state"] != "COMPLETED":
+        raise RuntimeError(f"seed run ended {child.result['state']}: {child.result['message']}")
+    return out
+
+
+def synthesise(run_dir: Path, dataset: Path, seed_dir: Path, missing: set[int]) -> dict[str, Any]:
+    """Write a finished run of every record of ``dataset`` except ``missing`` (failed) ones.
+
+    Returns counts. Uses the product's ledger, run_setup and postprocess functions.
+    """
+    from flows.config import BatchConfig
+    from hermes_core.tools import ALL_POSSIBLE_TOOLS
+    from tasks.dataset import read_dataset
+    from tasks.ledger import RunLedger
+    from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
+    from tasks.run_setup import finish_invocation, jobs_of, start_invocation
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    config = BatchConfig(
+        dataset_file=str(dataset),
+        batch_size=BATCH_SIZE,
+        run_name=run_dir.name,
+        output_dir=str(run_dir.parent),
+        model=MODEL,
+        distribution=DIST,
+    )
+    ds = read_dataset(dataset)
+    jobs = jobs_of(ds, config.settings_hash())
+    templates = []
+    for path in sorted(seed_dir.glob("batch_*.jsonl")):
+        templates += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    templates.sort(key=lambda r: r["prompt_index"])
+    seed_cache = sorted((seed_dir / ".prefect-results").glob("hermes-prompt-*"))
+    cache_dir = run_dir / ".prefect-results"
+    cache_dir.mkdir()
+
+    t0 = time.monotonic()
+    info = start_invocation(
+        run_dir, config.run_name, config.defining_settings(), config.settings_hash(), ds, "synthesised"
+    )
+    ledger = RunLedger.open(run_dir, config.run_name)
+    index_of = {j.prompt_id: j.prompt_index for j in jobs}
+    ledger.plan([(j.prompt_index, j.prompt_id) for j in jobs], BATCH_SIZE, index_of)
+    failed = []
+    for job in jobs:
+        if job.prompt_index in missing:
+            ledger.record_failure(job.prompt_id, job.prompt_index, "ModelError", "HTTP 503: synthesised", 2)
+            failed.append(job.prompt_id)
+            continue
+        template = templates[job.prompt_index % len(templates)]
+        row = copy.deepcopy(template)
+        old_prompt = row["conversations"][1]["value"]
+        row["prompt_index"] = job.prompt_index
+        row["conversations"][1]["value"] = job.prompt
+        for turn in row["conversations"][2:]:
+            turn["value"] = turn["value"].replace(old_prompt, job.prompt)
+        row["metadata"]["prompt_id"] = job.prompt_id
+        row["metadata"]["source"] = job.source
+        ledger.record_row(job.prompt_id, row)
+        # one cache record per finished prompt, as a real run leaves (never read: the ledger says finished)
+        src = seed_cache[job.prompt_index % len(seed_cache)]
+        shutil.copyfile(src, cache_dir / f"hermes-prompt-{job.prompt_id}")
+    ledger.write_checkpoint()
+    ledger.close()
+    merge = merge_trajectories(run_dir, index_of=index_of, valid_tools=ALL_POSSIBLE_TOOLS)
+    duration = time.monotonic() - t0
+    finish_invocation(info, duration_s=round(duration, 3), ran=len(jobs), failed=len(failed))
+    stats = compute_statistics(
+        run_dir,
+        merge=merge,
+        run_name=config.run_name,
+        distribution=config.distribution,
+        model=config.model,
+        batch_size=config.batch_size,
+        total_prompts=len(jobs),
+        duration_seconds=info.total_duration,
+        failed_prompt_ids=failed,
+        valid_tools=ALL_POSSIBLE_TOOLS,
+    )
+    write_json_atomic(run_dir / "statistics.json", stats)
+    size = sum(p.stat().st_size for p in run_dir.glob("batch_*.jsonl"))
+    return {"rows": merge.rows_written, "failed": len(failed), "batch_bytes": size}
+
+
+def timed_resume(
+    name: str, cached: Path, root: Path, dataset: Path, mock: MockModel, server: PrefectServer, workers: int
+) -> dict[str, Any]:
+    """Copy ``cached`` to a fresh run folder and time the real CLI with ``--resume`` on it."""
+    runs = root / "runs"
+    run_dir = runs / cached.name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    shutil.copytree(cached, run_dir)
+    mock.reset()
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": server.api_url,
+        "PREFECT_HOME": str(root / "client-home"),
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "COLUMNS": "160",
+    }
+    args = cli_args(dataset, cached.name, runs, mock.base_url, workers) + ["--resume"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "batch_runner.py"), *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - t0
+    (root / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+    run_info = json.loads((run_dir / "run.json").read_text())
+    last = run_info["invocations"][-1]
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    return {
+        "exit_code": proc.returncode,
+        "cli_wall_s": round(wall, 2),
+        "flow_duration_s": last.get("duration_s"),
+        "ran": last.get("ran"),
+        "model_requests": mock.requests(),
+        "completed_after": stats["completed"],
+    }
+
+
+def profile_resume(cached: Path, root: Path, dataset: Path, mock: MockModel, server: PrefectServer) -> str:
+    """The do-nothing resume's flow in bench/_flow_child.py under pyinstrument; returns the report path."""
+    run_dir = root / "runs" / cached.name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    shutil.copytree(cached, run_dir)
+    config = {
+        "dataset_file": str(dataset),
+        "batch_size": BATCH_SIZE,
+        "run_name": cached.name,
+        "output_dir": str(root / "runs"),
+        "model": MODEL,
+        "base_url": mock.base_url,
+        "distribution": DIST,
+        "resume": True,
+    }
+    report = root / "resume-profile.txt"
+    env = {"PREFECT_API_URL": server.api_url, "PREFECT_HOME": str(root / "client-home")}
+    run_child(
+        ["bench/_flow_child.py", json.dumps({"config": config, "profile": str(report)})],
+        env,
+        root / "profile.log",
+    )
+    return str(report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build (or reuse) the synthesised runs, time both resumes, print and save the figures."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=10_000, help="prompts of the finished run")
+    p.add_argument("--workers", type=int, default=100, help="--num_workers of the resumes")
+    p.add_argument("--rebuild", action="store_true", help="synthesise the runs again")
+    p.add_argument(
+        "--profile", action="store_true", help="also profile the do-nothing resume's flow (pyinstrument)"
+    )
+    p.add_argument("--json", default=None, help="write the figures to this file")
+    args = p.parse_args(argv)
+    root = WORK / "resume"
+    cache = WORK / "resume-cache" / f"n{args.n}"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "client-home").mkdir(exist_ok=True)
+    dataset = cache / "prompts.jsonl"
+    rerun = set(random.Random(11).sample(range(SEED_N, args.n), round(args.n * RERUN_FRACTION)))
+    figures: dict[str, Any] = {"n": args.n, "batch_size": BATCH_SIZE, "rerun": len(rerun), "model": MODEL}
+    with MockModel(root / "mock.log") as mock, PrefectServer(root / "server-home", env=SERVER_ENV) as server:
+        done_marker = cache / "ready.json"
+        if args.rebuild or not done_marker.exists():
+            if cache.exists():
+                shutil.rmtree(cache)
+            write_prompts(dataset, args.n)
+            log(f"seed run of {SEED_N} prompts")
+            seed = seed_run(cache, dataset, mock, server)
+            log(f"synthesising the finished run of {args.n} prompts")
+            t0 = time.monotonic()
+            full = synthesise(cache / f"finished{args.n}", dataset, seed, set())
+            log(f"synthesising the run with {len(rerun)} failed prompts")
+            partial = synthesise(cache / f"onepct{args.n}", dataset, seed, rerun)
+            save_json(
+                done_marker, {"finished": full, "one_percent": partial, "build_s": time.monotonic() - t0}
+            )
+        built = json.loads(done_marker.read_text())
+        figures["run_size_mb"] = round(built["finished"]["batch_bytes"] / 2**20, 1)
+        log("resume of the finished run")
+        figures["resume_nothing"] = timed_resume(
+            "resume-nothing", cache / f"finished{args.n}", root, dataset, mock, server, args.workers
+        )
+        log(json.dumps(figures["resume_nothing"]))
+        log("resume with 1% to re-run")
+        figures["resume_one_percent"] = timed_resume(
+            "resume-1pct", cache / f"onepct{args.n}", root, dataset, mock, server, args.workers
+        )
+        log(json.dumps(figures["resume_one_percent"]))
+        if args.profile:
+            figures["profile"] = profile_resume(cache / f"finished{args.n}", root, dataset, mock, server)
+            log(f"profile of the do-nothing resume: {figures['profile']}")
+    a, b = figures["resume_nothing"], figures["resume_one_percent"]
+    print(
+        f"finished run: {args.n} prompts, {figures['run_size_mb']} MB of batch files, batch_size {BATCH_SIZE}"
+    )
+    print(
+        f"--resume, nothing to do: {a['cli_wall_s']} s command line start to exit "
+        f"(flow {a['flow_duration_s']} s), {a['model_requests']} model requests, exit {a['exit_code']}"
+    )
+    print(
+        f"--resume, {len(rerun)} to re-run (1%, {args.workers} workers, 3 x 1 s calls each): {b['cli_wall_s']} s "
+        f"(flow {b['flow_duration_s']} s), {b['model_requests']} model requests, ran {b['ran']}, exit {b['exit_code']}"
+    )
+    if args.json:
+        save_json(Path(args.json), figures)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
