@@ -146,6 +146,9 @@ async def _locate(page: Any, ref: str) -> Any:
     return locator
 
 
+_SUBMIT_KEYS = frozenset({"Enter", "NumpadEnter"})
+
+
 async def _settle(page: Any, ms: float) -> None:
     """Wait (briefly) for a navigation a click or key press may have started."""
     try:
@@ -269,7 +272,17 @@ def browser_press(ctx: ToolContext, key: str) -> dict:
     """
 
     async def press(session, page, ms):
-        await page.keyboard.press(key)
+        if key in _SUBMIT_KEYS:  # may submit a form: wait for the navigation it starts, if any
+            pressed = False
+            try:
+                async with page.expect_navigation(wait_until="domcontentloaded", timeout=min(ms, 1500)):
+                    await page.keyboard.press(key)
+                    pressed = True
+            except Exception:
+                if not pressed:
+                    raise  # the key press itself failed
+        else:
+            await page.keyboard.press(key)
         await _settle(session.page, ms)
         return {"success": True, "pressed": key}
 
