@@ -31,6 +31,16 @@ REPO = Path(__file__).resolve().parent.parent
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
+def _api(method: str, url: str, **kwargs) -> httpx.Response:
+    """One API call, retried while a SQLite-backed server answers 503 (database busy), as Prefect's client does."""
+    for _ in range(30):
+        reply = httpx.request(method, url, timeout=30, **kwargs)
+        if reply.status_code not in (429, 503):
+            return reply
+        time.sleep(1)
+    return reply
+
+
 def _stop(proc: subprocess.Popen, first=signal.SIGINT, grace: float = 15) -> None:
     """Stop a process group: SIGINT (the worker may ignore SIGTERM), then SIGKILL."""
     if proc.poll() is not None:
@@ -161,7 +171,7 @@ class Stack:
         """Poll the flow run until it is in a terminal state; returns it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            run = httpx.get(f"{self.api}/flow_runs/{flow_run_id}", timeout=10).json()
+            run = _api("GET", f"{self.api}/flow_runs/{flow_run_id}").json()
             if run["state"]["type"] in TERMINAL:
                 return run
             time.sleep(0.5)
@@ -171,13 +181,13 @@ class Stack:
 
     def retry_like_the_ui(self, flow_run_id: str) -> None:
         """The request the Prefect UI's Retry button sends."""
-        reply = httpx.post(
+        reply = _api(
+            "POST",
             f"{self.api}/flow_runs/{flow_run_id}/set_state",
             json={
                 "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"},
                 "force": False,
             },
-            timeout=30,
         )
         assert reply.status_code in (200, 201) and reply.json()["status"] == "ACCEPT", reply.text
 
@@ -280,7 +290,7 @@ def test_failed_run_then_ui_style_retry_reruns_only_failed_prompts(stack, mock_s
 
 
 def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
-    deployment = httpx.get(f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
+    deployment = _api("GET", f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
     schedules = [s["schedule"] for s in deployment["schedules"]]
     assert schedules == [{"cron": "0 2 * * *", "timezone": "UTC", "day_or": True}]
     assert deployment["parameters"]["config"]["run_name"] == "nightly-{date}"
@@ -289,7 +299,8 @@ def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
     gate.write_text("down")
     config, prompts = _failing_config(tmp_path, mock_server, f"nightly {stack.port}", gate, "nightly-{date}")
     scheduled = datetime(2026, 1, 15, 2, 0, tzinfo=UTC)
-    reply = httpx.post(
+    reply = _api(
+        "POST",
         f"{stack.api}/deployments/{deployment['id']}/create_flow_run",
         json={
             "parameters": {"config": config},
