@@ -1,11 +1,17 @@
 """Child process of the benchmarks: one run of the real ``generate-trajectories`` flow, in-process.
 
-Usage: ``python bench/_flow_child.py '<json>'`` with ``{"config": {BatchConfig fields},
-"profile": null | "path.html" / "path.txt" (pyinstrument, main thread) | "path.prof" (cProfile
-stats as text)}``; ``PREFECT_API_URL``
-must point at the server. Prints ``BENCH_RESULT {json}``: the flow's wall seconds, this
-process's CPU seconds during the flow (all threads, not the tool subprocesses), and at exit
-(after Prefect has flushed its events and logs), peak RSS, the final state.
+Usage: ``python bench/_flow_child.py '<json>'`` with ``PREFECT_API_URL`` pointing at the server and
+the JSON object::
+
+    {"config": {BatchConfig fields},
+     "exit_file": path,      # written at exit: CPU seconds, peak RSS, CPU of reaped tool subprocesses
+     "profile": null | "x.html" | "x.txt" (pyinstrument, main thread) | "x.prof" (cProfile, as text),
+     "patches": [names],     # experiments on a private copy, see apply_patches
+     "tracemalloc": path,    # snapshot of live Python allocations after the flow
+     "census": path}         # live objects by type after the flow
+
+Prints ``BENCH_RESULT {json}``: import seconds, the flow's wall and CPU seconds (this process, all
+threads, not its children), peak RSS (also when the merge starts: the prompt phase), final state.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import random
@@ -42,6 +43,25 @@ BATCH_SIZE = 100
 SEED_N = 20
 RERUN_FRACTION = 0.01
 SERVER_ENV = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500"}
+
+
+IDENTITY_SOURCES = (
+    "flows/config.py",
+    "tasks/dataset.py",
+    "tasks/ledger.py",
+    "tasks/run_setup.py",
+    "hermes_core/runner.py",
+    "hermes_core/trajectory.py",
+)
+"""The code that decides prompt identities and the run folder's format: the cached runs are rebuilt when it changes."""
+
+
+def code_fingerprint() -> str:
+    """12 hex chars of the sha256 of :data:`IDENTITY_SOURCES`."""
+    digest = hashlib.sha256()
+    for name in IDENTITY_SOURCES:
+        digest.update((REPO / name).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def cli_args(dataset: Path, run_name: str, output_dir: Path, base_url: str, workers: int) -> list[str]:
@@ -242,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
     root = WORK / "resume"
-    cache = WORK / "resume-cache" / f"n{args.n}"
+    cache = WORK / "resume-cache" / f"n{args.n}-{code_fingerprint()}"
     root.mkdir(parents=True, exist_ok=True)
     (root / "client-home").mkdir(exist_ok=True)
     dataset = cache / "prompts.jsonl"

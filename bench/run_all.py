@@ -1,9 +1,10 @@
 """Run every benchmark and write ``bench/results.md`` (figures, targets, machine, date, commit).
 
-``python bench/run_all.py --quick`` fits in about ten minutes on a 2-core machine (N = 4 x W
-prompts per W, heavy-tailed mix of 160 prompts, flow memory at N = 1,000 and 2,000, resume of a
-10,000-prompt run, post-processing of 100,000 rows); without ``--quick``: N = 8 x W, 320
-heavy-tailed prompts, memory at N = 1,000 and 10,000 (about 30 minutes). Generated data
+``python bench/run_all.py --quick`` fits in about ten minutes on a 2-core machine: N = 8 x W
+prompts per W but at most 1,024 (so N = 4 x W at W = 256), the heavy-tailed mix of 128 prompts,
+Prefect's floor at W = 64, flow memory at N = 1,000 and 2,000, resume of a 10,000-prompt run,
+post-processing of 100,000 rows. Without ``--quick``: N = 8 x W everywhere, Prefect's floor at
+W = 64 and 256, memory at N = 1,000 and 10,000 (about 25 minutes). Generated data
 (the synthesised runs, the 100,000 rows) is cached under ``$HERMES_BENCH_DIR``
 (default /tmp/hermes-bench) and reused. Each benchmark also runs on its own; see its ``--help``.
 """
@@ -153,8 +154,10 @@ def render(
             "",
             f"Mock model in its own process, {tp['latency_ms']} ms per call, 3 calls per prompt (two tool turns: "
             f"a terminal command, then a file write, in the prompt's sandbox; then the answer), distribution "
-            f"`{tp['distribution']}`, N = {tp['per_worker']} x W, batch_size = {tp['per_worker']}. Prefect server: "
-            f"`prefect server start`, {tp['database']}, settings {tp.get('server_env') or 'Prefect defaults'}. "
+            f"`{tp['distribution']}`, N = {tp['per_worker']} x W"
+            + (f" but at most {tp['max_n']}" if tp.get("max_n") else "")
+            + ", batch_size = N / W (one batch per baseline worker: its best case with a fixed latency). "
+            f"Prefect server: `prefect server start`, {tp['database']}, settings {tp.get('server_env') or 'Prefect defaults'}. "
             "Baseline: `bench/baseline_reference.py` (the reference's `multiprocessing.Pool(W).map` over fixed "
             "batches, prompts sequential in a batch, same agent core and mock).",
             "",
@@ -205,12 +208,16 @@ def render(
             ]
         if tp.get("memory"):
             lines += [
-                "Flow process memory, W = 256 (`ru_maxrss`):",
+                "Flow process memory, W = 256 (`ru_maxrss`; prompt phase = the peak when the merge starts; "
+                "glibc's default malloc settings, see F4 below):",
                 "",
-                "| N | peak RSS MB | wall s |",
-                "|---|---|---|",
+                "| N | peak RSS MB | prompt phase MB | wall s |",
+                "|---|---|---|---|",
             ]
-            lines += [f"| {m_['n']:,} | {m_['peak_rss_mb']:.0f} | {m_['wall_s']} |" for m_ in tp["memory"]]
+            lines += [
+                f"| {m_['n']:,} | {m_['peak_rss_mb']:.0f} | {m_.get('peak_rss_prompt_phase_mb') or 0:.0f} | {m_['wall_s']} |"
+                for m_ in tp["memory"]
+            ]
             lines.append("")
         for e in tp.get("experiments", []):
             lines.append(
@@ -269,10 +276,28 @@ def main(argv: list[str] | None = None) -> int:
         "--skip", default="", help="comma list of benchmarks to skip: throughput,resume,postprocess"
     )
     p.add_argument("--out", default=str(REPO / "bench" / "results.md"))
+    p.add_argument(
+        "--render-only", action="store_true", help="rewrite the results file from the last run's figures"
+    )
     args = p.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     results = WORK / "results"
     results.mkdir(parents=True, exist_ok=True)
+    if args.render_only:
+        info = json.loads((results / "info.json").read_text())
+        figures = {n: json.loads((results / f"{n}.json").read_text()) for n in ("throughput", "resume", "postprocess")
+                   if (results / f"{n}.json").exists()}  # fmt: skip
+        text = render(
+            info["mode"],
+            info,
+            figures.get("throughput"),
+            figures.get("resume"),
+            figures.get("postprocess"),
+            {},
+        )
+        Path(args.out).write_text(text, encoding="utf-8")
+        log(f"wrote {args.out}")
+        return 0
     info: dict[str, Any] = {"date": now_utc(), "commit": git_commit(), "machine": machine()}
     t0 = time.monotonic()
     raw: dict[str, str] = {}
@@ -289,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         figures[name], raw[name] = run_bench(name, bench_args, results)
     info["wall_s"] = time.monotonic() - t0
     info["load_end"] = [round(x, 2) for x in __import__("os").getloadavg()]
+    info["mode"] = "quick" if args.quick else "full"
+    (results / "info.json").write_text(json.dumps(info, indent=2))
     text = render(
         "quick" if args.quick else "full",
         info,

@@ -236,17 +236,25 @@ def _busy_since(before: Any) -> float:
     return sum(getattr(after, k) - getattr(before, k) for k in ("user", "system", "nice", "irq", "softirq"))
 
 
-def scaling(bench: Bench, workers: list[int], per_worker: int, latency_ms: int, baseline: bool) -> list[dict]:
+def scaling(
+    bench: Bench,
+    workers: list[int],
+    per_worker: int,
+    latency_ms: int,
+    baseline: bool,
+    max_n: int | None = None,
+) -> list[dict]:
     """Fixed latency at each W: ours and the baseline."""
     model = f"mock/scripted?latency_ms={latency_ms}&turns=2"
     rows = []
     for w in workers:
-        n = per_worker * w
+        n = min(per_worker * w, max_n or per_worker * w)
+        batch = n // w  # one batch per baseline worker: the baseline's best case with fixed latency
         prompts = bench.root / "datasets" / f"fixed-{n}.jsonl"
         write_prompts(prompts, n)
         ideal = n * CALLS_PER_PROMPT * latency_ms / 1000 / w
         log(f"fixed latency W={w} N={n}: ours")
-        ours = bench.ours(f"fixed-w{w}", prompts, n, workers=w, batch_size=per_worker, model=model)
+        ours = bench.ours(f"fixed-w{w}", prompts, n, workers=w, batch_size=batch, model=model)
         ours["ideal_s"] = round(ideal, 2)
         ours["efficiency"] = round(ideal / ours["wall_s"], 3)
         ours["prompts_per_s"] = round(n / ours["wall_s"], 2)
@@ -254,7 +262,7 @@ def scaling(bench: Bench, workers: list[int], per_worker: int, latency_ms: int, 
         if baseline:
             log(f"fixed latency W={w} N={n}: baseline")
             base = bench.baseline(
-                f"fixed-w{w}-baseline", prompts, n, workers=w, batch_size=per_worker, model=model
+                f"fixed-w{w}-baseline", prompts, n, workers=w, batch_size=batch, model=model
             )
             base["efficiency"] = round(ideal / base["wall_s"], 3)
             base["prompts_per_s"] = round(n / base["wall_s"], 2)
@@ -359,10 +367,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smaller sizes (N = 4 x W, memory N = 1000, 2000)",
+        help="smaller sizes (N at most 1024, memory N = 1000, 2000)",
     )
     p.add_argument("--workers", default="4,16,64,256", help="comma list of W")
-    p.add_argument("--per-worker", type=int, default=None, help="N = per_worker x W (default 8; quick 4)")
+    p.add_argument("--per-worker", type=int, default=8, help="N = per_worker x W (default 8)")
+    p.add_argument(
+        "--max-n",
+        type=int,
+        default=None,
+        help="cap of N in the scaling runs (quick: 1024, i.e. N = 4 x W at W = 256)",
+    )
     p.add_argument("--latency-ms", type=int, default=1000, help="fixed latency per model call")
     p.add_argument(
         "--heavy-n", type=int, default=None, help="prompts of the heavy-tailed mix (default 8 x 16 = 128)"
@@ -370,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heavy-fast-ms", type=int, default=500)
     p.add_argument("--heavy-slow-ms", type=int, default=5000)
     p.add_argument(
-        "--memory-n", default=None, help="comma list of N at W=256 (default 1000,10000; quick 1000,3000)"
+        "--memory-n", default=None, help="comma list of N at W=256 (default 1000,10000; quick 1000,2000)"
     )
     p.add_argument("--memory-latency-ms", type=int, default=100)
     p.add_argument("--parts", default="scaling,heavy,floor,memory", help="which parts to run")
@@ -402,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
-    per_worker = args.per_worker or (4 if args.quick else 8)
+    per_worker = args.per_worker
+    max_n = args.max_n or (1024 if args.quick else None)
     heavy_n = args.heavy_n or 8 * 16  # N = 8 x W, as the fixed-latency runs
     memory_n = [int(x) for x in (args.memory_n or ("1000,2000" if args.quick else "1000,10000")).split(",")]
     parts = set(args.parts.split(","))
@@ -410,7 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     (root / "client-home").mkdir(exist_ok=True)
 
-    figures: dict[str, Any] = {"per_worker": per_worker, "latency_ms": args.latency_ms, "distribution": DIST}
+    figures: dict[str, Any] = {
+        "per_worker": per_worker,
+        "max_n": max_n,
+        "latency_ms": args.latency_ms,
+        "distribution": DIST,
+    }
     with contextlib.ExitStack() as stack:
         pg = stack.enter_context(PrivatePostgres(root / "pg")) if args.db == "postgresql" else None
         mock = stack.enter_context(MockModel(root / "logs" / "mock.log"))
@@ -432,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"server idle CPU rate {idle:.3f} s/s")
         workers = [int(x) for x in args.workers.split(",")]
         if "scaling" in parts:
-            figures["scaling"] = scaling(bench, workers, per_worker, args.latency_ms, not args.no_baseline)
+            figures["scaling"] = scaling(
+                bench, workers, per_worker, args.latency_ms, not args.no_baseline, max_n
+            )
         if "heavy" in parts:
             figures["heavy_tail"] = heavy_tail(
                 bench, heavy_n, args.heavy_fast_ms, args.heavy_slow_ms, not args.no_baseline
