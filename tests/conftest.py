@@ -48,6 +48,20 @@ def wait_dead(pid: int, seconds: float = 3.0) -> bool:
     return not process_alive(pid)
 
 
+def run_args(dataset, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
+    """Command-line arguments of a small test run against the mock ``server`` (batch_size 2, terminal_only)."""
+    return [
+        f"--dataset_file={dataset}",
+        "--batch_size=2",
+        f"--run_name={run}",
+        f"--model={model}",
+        "--base_url",
+        server.base_url,
+        "--distribution=terminal_only",
+        *extra,
+    ]
+
+
 def conversation_key(prompt: str) -> str:
     """The mock server's key of a conversation: sha256 of its first user message, 16 hex chars."""
     import hashlib

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tests.conftest import conversation_key
+from tests.conftest import conversation_key, run_args
 
 pytestmark = pytest.mark.slow
 
@@ -50,16 +50,7 @@ def _requests(server, prompt: str) -> int:
 
 
 def _args(dataset: Path, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
-    return [
-        f"--dataset_file={dataset}",
-        "--batch_size=2",
-        f"--run_name={run}",
-        f"--model={model}",
-        "--base_url",
-        server.base_url,
-        "--distribution=terminal_only",
-        *extra,
-    ]
+    return run_args(dataset, run, server, *extra, model=model)
 
 
 def test_golden_run_every_output_file(cli, mock_server):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import conversation_key
+from tests.conftest import conversation_key, run_args
 from tests.test_docker_environment import ABSENT, BUSYBOX, PYTHON, labelled, require_engine
 
 pytestmark = pytest.mark.slow
@@ -35,17 +35,7 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def _args(dataset: Path, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
-    return [
-        f"--dataset_file={dataset}",
-        "--batch_size=2",
-        f"--run_name={run}",
-        f"--model={model}",
-        "--base_url",
-        server.base_url,
-        "--distribution=terminal_only",
-        "--terminal_env=docker",
-        *extra,
-    ]
+    return run_args(dataset, run, server, "--terminal_env=docker", *extra, model=model)
 
 
 def _tool_outputs(row: dict) -> list[str]:
