@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hermes_core.agent import AgentConfig
-from hermes_core.client import ModelOptions
+from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.runner import PromptJob, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
@@ -303,3 +303,37 @@ def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_
     finally:
         cancel.reset()
     assert run_prompt(_job("after reset"), _spec(mock_server), SETTINGS).status == "completed"
+
+
+class _ErrorBody(BaseHTTPRequestHandler):
+    """Answers 200 with an error object and no choices, as OpenRouter does when a provider fails mid-way."""
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps({"error": {"message": "upstream provider overloaded", "code": 502}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_response_without_choices_is_a_retryable_model_error_with_the_providers_message():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ErrorBody)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ModelClient(
+            ModelOptions(model="some/model"),
+            base_url=f"http://127.0.0.1:{server.server_port}/v1",
+            api_key=None,
+            max_retries=0,
+        )
+        with pytest.raises(ModelError) as caught:
+            client.complete([{"role": "user", "content": "hi"}], [], timeout=5)
+    finally:
+        server.shutdown()
+    assert caught.value.retryable is True
+    assert str(caught.value) == "the provider returned no choices: upstream provider overloaded"
