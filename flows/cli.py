@@ -171,6 +171,9 @@ def _prefect_local_defaults() -> bool:
     if os.environ.get("PREFECT_API_URL"):
         return False
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    from flows.tuning import apply_prefect_server_defaults
+
+    apply_prefect_server_defaults()
     print(
         "No PREFECT_API_URL set: starting a local Prefect API for this run (takes 10-30 s).", file=sys.stderr
     )

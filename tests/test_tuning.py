@@ -1,0 +1,48 @@
+"""Process tuning of the flow (flows/tuning.py), observed in real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# 16 threads allocate at once, then glibc prints one "Arena N:" block per malloc arena to stderr.
+_THREADS_THEN_ARENAS = """
+import ctypes, sys, threading
+from flows.tuning import limit_malloc_arenas
+print(limit_malloc_arenas(int(sys.argv[1])) if sys.argv[1] != "0" else None)
+barrier = threading.Barrier(16)
+def work():
+    barrier.wait()
+    keep = [bytearray(4096) for _ in range(200)]
+threads = [threading.Thread(target=work) for _ in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+ctypes.CDLL(None).malloc_stats()
+"""
+
+
+def _arenas(cap: int, extra_env: dict[str, str] | None = None) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | (extra_env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREADS_THEN_ARENAS, str(cap)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return proc.stdout.strip(), sum(line.startswith("Arena ") for line in proc.stderr.splitlines())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc arenas are Linux-only")
+def test_malloc_arenas_are_capped_for_threads_started_after_the_call():
+    result, arenas = _arenas(0)
+    assert result == "None" and arenas >= 8  # glibc's default: one arena per thread, up to 8 per core
+    assert _arenas(3) == ("True", 3)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc arenas are Linux-only")
+def test_a_malloc_arena_max_set_by_the_user_wins():
+    assert _arenas(3, {"MALLOC_ARENA_MAX": "5"}) == ("False", 5)
