@@ -493,8 +493,8 @@ def test_invalid_option_and_stream_are_400(client: openai.OpenAI, http: httpx.Cl
     assert _post(http, "gpt-4o", _user("wrong model")).status_code == 404
 
 
-def test_latency_requests_overlap(server: MockServer):
-    async def run() -> float:
+def test_latency_requests_overlap():
+    async def run(server: MockServer) -> float:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as c:
             started = time.monotonic()
             replies = await asyncio.gather(
@@ -509,8 +509,11 @@ def test_latency_requests_overlap(server: MockServer):
             assert [r.status_code for r in replies] == [200] * 20
             return time.monotonic() - started
 
-    elapsed = asyncio.run(run())
+    with MockServer() as own:  # its own counters
+        elapsed = asyncio.run(run(own))
+        stats = own.stats()
     assert 0.3 <= elapsed < 2.0
+    assert stats["peak_in_flight"] == 20 and stats["in_flight"] == 0
 
 
 def test_slow_rate(http: httpx.Client):
@@ -538,6 +541,7 @@ def test_stats_and_request_log(tmp_path: Path):
         stats = srv.stats()
         assert stats == httpx.get(srv.base_url.removesuffix("/v1") + "/stats").json()
         assert stats["requests"] == 5
+        assert stats["in_flight"] == 0 and stats["peak_in_flight"] == 1  # one request at a time
         assert sorted(stats["by_conversation"].values()) == [1, 4]
         assert stats["by_status"] == {"429": 1, "200": 3, "400": 1}
         lines = [json.loads(line) for line in log.read_text().splitlines()]
@@ -557,7 +561,9 @@ def test_stats_and_request_log(tmp_path: Path):
             "turn",
         }
         reset = httpx.post(srv.base_url.removesuffix("/v1") + "/stats/reset").json()
-        assert reset == {"requests": 0, "by_conversation": {}, "by_status": {}}
+        assert reset == {
+            "requests": 0, "by_conversation": {}, "by_status": {}, "in_flight": 0, "peak_in_flight": 0
+        }  # fmt: skip
         assert _post(c, "mock/scripted?rate_limit=1", _user("counted prompt")).status_code == 429
 
 

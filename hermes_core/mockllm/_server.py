@@ -63,6 +63,19 @@ class _State:
         self._by_conversation: dict[str, int] = {}
         self._by_status: Counter[str] = Counter()
         self._requests = 0
+        self._in_flight = 0
+        self._peak_in_flight = 0
+
+    def opened(self) -> None:
+        """A chat-completions request is being served (counts towards ``in_flight``)."""
+        with self._lock:
+            self._in_flight += 1
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
+
+    def closed(self) -> None:
+        """A chat-completions request has been answered."""
+        with self._lock:
+            self._in_flight -= 1
 
     def arrive(self, key: str | None) -> int:
         """Count a request (of conversation ``key``, if known); return its 0-based index in that conversation."""
@@ -96,6 +109,8 @@ class _State:
                 "requests": self._requests,
                 "by_conversation": dict(self._by_conversation),
                 "by_status": dict(self._by_status),
+                "in_flight": self._in_flight,
+                "peak_in_flight": self._peak_in_flight,
             }
 
     def reset(self) -> None:
@@ -103,6 +118,7 @@ class _State:
             self._by_conversation.clear()
             self._by_status.clear()
             self._requests = 0
+            self._peak_in_flight = self._in_flight
 
 
 def _error(
@@ -181,8 +197,9 @@ def create_app(request_log: str | None = None) -> FastAPI:
     """A new mock-model app with its own counters.
 
     Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``
-    (``{"requests", "by_conversation", "by_status"}``; ``by_status`` counts answered
-    requests), ``POST /stats/reset`` (clears stats and the per-conversation counters).
+    (``{"requests", "by_conversation", "by_status", "in_flight", "peak_in_flight"}``;
+    ``by_status`` counts answered requests, ``peak_in_flight`` is the most requests served at
+    once), ``POST /stats/reset`` (clears stats and the per-conversation counters).
 
     Args:
         request_log: file that gets one JSON line per chat-completions request
@@ -198,7 +215,11 @@ def create_app(request_log: str | None = None) -> FastAPI:
             body = json.loads(await request.body())
         except ValueError:
             body = None
-        response, key, model, turn = await _answer(state, body)
+        state.opened()
+        try:
+            response, key, model, turn = await _answer(state, body)
+        finally:
+            state.closed()
         state.answered(key, model, response.status_code, turn)
         return response
 
