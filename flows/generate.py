@@ -10,8 +10,6 @@ cache, failed ones run again.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import queue
 import time
 from datetime import UTC, datetime
@@ -26,6 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.config import BatchConfig
 from flows.progress import RunProgress, artifact_key
+from flows.tuning import limit_malloc_arenas
 from hermes_core.cancel import cancel_running
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
@@ -36,8 +35,6 @@ from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from tasks.prompt import run_prompt_task
 from tasks.run_setup import check_run_dir, finish_invocation, jobs_of, start_invocation
-
-MAX_THREADS = int(os.environ.get("HERMES_MAX_THREADS", "1024"))
 
 
 @task(name="read-dataset", persist_result=False)
@@ -80,7 +77,6 @@ def statistics_task(
 
 @flow(
     name="generate-trajectories",
-    task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS),
     persist_result=False,
     log_prints=True,
 )
@@ -92,6 +88,7 @@ def generate_trajectories(config: BatchConfig) -> State:
     """
     logger = get_run_logger()
     started = time.monotonic()
+    limit_malloc_arenas()  # before the prompt threads start
     scheduled = flow_run.scheduled_start_time
     config = config.for_date(scheduled.date() if scheduled else datetime.now(UTC).date())
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
@@ -156,14 +153,14 @@ def result_storage(config: BatchConfig) -> Path | str:
 
 
 def prompt_task_runner(config: BatchConfig):
-    """The task runner of the prompt tasks: None = the flow's thread pool, else a ``DaskTaskRunner``.
+    """The task runner of the prompt tasks: a thread pool of ``num_workers`` threads, or a ``DaskTaskRunner``.
 
     ``dask`` uses the scheduler at ``dask_address``, or starts a local multi-process cluster of
     ``dask_workers`` processes (threads per process so that ``num_workers`` prompts fit). Dask
     workers reach Prefect through ``PREFECT_API_URL``: use a real server with Dask.
     """
     if config.task_runner != "dask":
-        return None
+        return ThreadPoolTaskRunner(max_workers=config.num_workers)
     from prefect_dask import DaskTaskRunner
 
     if config.dask_address:
@@ -182,15 +179,20 @@ def prompt_task_runner(config: BatchConfig):
 def _run_prompts(
     config: BatchConfig, pending: list[PromptJob], ledger: RunLedger, progress: RunProgress
 ) -> list[str]:
-    """Keep ``num_workers`` prompt tasks in flight; record each outcome as it arrives. Returns failed ids."""
-    with contextlib.ExitStack() as stack:
-        runner = prompt_task_runner(config)
-        if runner is not None:
-            stack.enter_context(runner)
-        return _sliding_window(config, pending, ledger, progress, runner)
+    """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives. Returns failed ids.
+
+    With the thread pool, ``num_workers`` more prompts wait in the pool's queue, so a thread that
+    finishes a prompt starts the next at once instead of waiting for this thread to record the
+    outcome and submit (bench/ANALYSIS.md); the pool's size still bounds the prompts running.
+    A Dask cluster may have more threads than ``num_workers``: it gets exactly ``num_workers``.
+    """
+    runner = prompt_task_runner(config)
+    queued = 0 if config.task_runner == "dask" else config.num_workers
+    with runner:
+        return _sliding_window(config, pending, ledger, progress, runner, config.num_workers + queued)
 
 
-def _sliding_window(config, pending, ledger, progress, runner) -> list[str]:
+def _sliding_window(config, pending, ledger, progress, runner, window: int) -> list[str]:
     task = run_prompt_task.with_options(retries=config.retries, result_storage=result_storage(config))
     spec = config.run_spec()
     done: queue.SimpleQueue = queue.SimpleQueue()
@@ -203,11 +205,11 @@ def _sliding_window(config, pending, ledger, progress, runner) -> list[str]:
         if job is None:
             return False
         parameters = {"job": job, "spec": spec, "api_key_secret": config.api_key_secret}
-        future = runner.submit(task, parameters) if runner else task.submit(**parameters)
+        future = runner.submit(task, parameters)
         future.add_done_callback(lambda fut, job=job: done.put((job, fut)))
         return True
 
-    while in_flight < config.num_workers and submit_next():
+    while in_flight < window and submit_next():
         in_flight += 1
     while in_flight:
         job, future = _next_done(done)
