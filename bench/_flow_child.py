@@ -63,20 +63,19 @@ def _mark_prompt_phase_end() -> None:
 def apply_patches(names: list[str]) -> None:
     """Experiments on a private copy of the product's behaviour (never written to the product's files).
 
-    * ``zlib``: the prompt task's result serializer ``compressed/pickle`` with zlib instead of lzma.
     * ``pickle``: the prompt task's result serializer plain ``pickle`` (no compression).
-    * ``mallopt``: glibc ``mallopt(M_ARENA_MAX, 2)`` before the flow starts its threads.
+    * ``switch1ms``: ``sys.setswitchinterval(0.001)`` (the GIL is handed over after 1 ms, not 5).
     * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
     * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
-    * ``raw_post``: ``ModelClient.complete`` sends the body with ``client.post`` (the SDK's
-      recursive TypedDict ``maybe_transform`` of messages and tools is skipped).
+
+    Experiments adopted by the product since (bench/ANALYSIS.md F2-F4: zlib results, raw
+    ``client.post``, malloc arenas) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
+    in ``--child-env``.
     """
     import flows.generate as generate
 
-    if "mallopt" in names:  # M_ARENA_MAX = 2 set at run time (what MALLOC_ARENA_MAX=2 does at start-up)
-        import ctypes
-
-        ctypes.CDLL(None).mallopt(-8, 2)
+    if "switch1ms" in names:
+        sys.setswitchinterval(0.001)
     if "ledger_nosync" in names:  # upper bound of what taking fsync off the dispatcher could give
         import tasks.ledger as ledger_mod
 
@@ -126,58 +125,18 @@ def apply_patches(names: list[str]) -> None:
         timing(RunLedger, "record_row", "ledger.record_row")
         timing(progress_mod.RunProgress, "record", "progress.record")
         timing(PrefectConcurrentFuture, "wait", "future.wait")
+        from hermes_core.client import ModelClient
+        from hermes_core.environments.local import LocalEnvironment
+
+        timing(ModelClient, "complete", "model.complete")  # in the prompt threads
+        timing(LocalEnvironment, "execute", "local.execute")
+        timing(LocalEnvironment, "start", "local.start")
+        timing(LocalEnvironment, "close", "local.close")
         path = os.environ.get("HERMES_BENCH_TIMELINE", "timeline.json")
         _atexit.register(lambda: Path(path).write_text(json.dumps({"spans": spans, "steps": steps})))
 
-    if "zlib" in names or "pickle" in names:
-        from prefect.serializers import CompressedSerializer
-
-        ser = (
-            "pickle"
-            if "pickle" in names
-            else CompressedSerializer(serializer="pickle", compressionlib="zlib")
-        )
-        generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer=ser)
-    if "raw_post" in names:
-        from openai.types.chat import ChatCompletion
-
-        from hermes_core import client as client_mod
-
-        original = client_mod.ModelClient.complete
-
-        def complete(self, messages, tools, *, timeout=None):
-            real = self._client  # a ModelClient is made per prompt, so swapping it is thread-safe
-            body = {"model": self.options.model, "messages": messages}
-            if tools:
-                body["tools"] = tools
-            if self.options.max_tokens:
-                body["max_tokens"] = self.options.max_tokens
-            body.update(self._extra_body or {})
-            c = real if timeout is None else real.with_options(timeout=timeout)
-
-            class _Completions:
-                @staticmethod
-                def create(**kwargs):
-                    return c.post("/chat/completions", body=body, cast_to=ChatCompletion)
-
-            class _Chat:
-                completions = _Completions()
-
-            class _Client:
-                chat = _Chat()
-
-                @staticmethod
-                def with_options(**kw):
-                    return _Client()
-
-            saved = self._client
-            self._client = _Client()
-            try:
-                return original(self, messages, tools, timeout=None)
-            finally:
-                self._client = saved
-
-        client_mod.ModelClient.complete = complete
+    if "pickle" in names:
+        generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer="pickle")
 
 
 def main() -> None:

@@ -37,12 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import REPO, WORK, MockModel, PrefectServer, log, run_child, save_json, write_prompts  # noqa: E402
 
+from flows.tuning import PREFECT_SERVER_SETTINGS  # noqa: E402
+
 MODEL = "mock/scripted?latency_ms=1000&turns=2"
 DIST = "terminal_only"
 BATCH_SIZE = 100
 SEED_N = 20
 RERUN_FRACTION = 0.01
-SERVER_ENV = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500"}
+SERVER_ENV = PREFECT_SERVER_SETTINGS  # the settings the product recommends (flows/tuning.py)
 
 
 IDENTITY_SOURCES = (

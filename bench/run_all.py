@@ -121,6 +121,18 @@ def targets_table(tp: dict | None, rs: dict | None, pp: dict | None) -> list[str
     return rows
 
 
+def _load_note(start: list[float]) -> list[str]:
+    """A warning when the machine was busy before the benchmarks started (1-minute load average above 1;
+    at the end the load is the benchmarks' own)."""
+    if start[0] <= 1.0:
+        return []
+    return [
+        "> The machine had other work when the benchmarks started (load average above 1), so wall-clock figures",
+        "> (efficiency, ratios) are noisy; CPU-time figures much less so.",
+        "",
+    ]
+
+
 def render(
     mode: str, info: dict[str, Any], tp: dict | None, rs: dict | None, pp: dict | None, raw: dict
 ) -> str:
@@ -135,10 +147,7 @@ def render(
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']} GB RAM; {m['os']}; Python {m['python']}; "
         f"Prefect {m['prefect']}. Load average at start {m['load_average']}, at end {info['load_end']}.",
         "",
-        "> These figures were taken while other engineers ran tests on the same 2-core machine, so wall-clock",
-        "> figures (efficiency, ratios) are noisy; CPU-time figures much less so. Take the final figures on a",
-        "> quiet machine: `python bench/run_all.py --quick` (or without `--quick` for the full sizes).",
-        "",
+        *_load_note(m["load_average"]),
         "## Targets",
         "",
         *targets_table(tp, rs, pp),
@@ -209,7 +218,7 @@ def render(
         if tp.get("memory"):
             lines += [
                 "Flow process memory, W = 256 (`ru_maxrss`; prompt phase = the peak when the merge starts; "
-                "glibc's default malloc settings, see F4 below):",
+                "malloc arenas capped at 4 by the flow, `flows/tuning.py`):",
                 "",
                 "| N | peak RSS MB | prompt phase MB | wall s |",
                 "|---|---|---|---|",

@@ -39,16 +39,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
 from _common import WORK, MockModel, PrefectServer, PrivatePostgres, log, run_child, save_json, write_prompts  # noqa: E402
 
+from flows.tuning import PREFECT_SERVER_SETTINGS  # noqa: E402
+
 DIST = "terminal_only"
 CALLS_PER_PROMPT = 3
-TUNED_SERVER = {"PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_BATCH_SIZE": "500"}
-"""The server setting we recommend: the task-run recorder writes task-run events in batches of up
-to 500 (Prefect's default, 1, makes one SQL insert per event: ~27 ms of server CPU per task run
-here against ~9 ms batched)."""
+TUNED_SERVER = PREFECT_SERVER_SETTINGS
+"""The server settings the product uses for its local API and recommends (flows/tuning.py)."""
 
 
 class Bench:
@@ -137,7 +138,6 @@ class Bench:
         env = {
             "PREFECT_API_URL": self.server.api_url,
             "PREFECT_HOME": str(self.root / "client-home"),
-            "HERMES_MAX_THREADS": str(max(64, workers * 2)),
             **self.child_env,
             **(child_env or {}),
         }
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "--experiments",
         default=None,
         help="semicolon list of NAME=patch+patch|ENV=VALUE+... variants to compare at the first W "
-        "(see bench/_flow_child.py apply_patches), e.g. 'zlib=zlib;nolog=PREFECT_LOGGING_TO_API_ENABLED=false'",
+        "(see bench/_flow_child.py apply_patches), e.g. 'pickle=pickle;nolog=PREFECT_LOGGING_TO_API_ENABLED=false'",
     )
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
