@@ -64,6 +64,7 @@ def apply_patches(names: list[str]) -> None:
     """Experiments on a private copy of the product's behaviour (never written to the product's files).
 
     * ``pickle``: the prompt task's result serializer plain ``pickle`` (no compression).
+    * ``nocache``: the prompt task's results are not kept in Prefect's in-memory result cache.
     * ``switch1ms``: ``sys.setswitchinterval(0.001)`` (the GIL is handed over after 1 ms, not 5).
     * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
     * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
@@ -137,6 +138,8 @@ def apply_patches(names: list[str]) -> None:
 
     if "pickle" in names:
         generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer="pickle")
+    if "nocache" in names:
+        generate.run_prompt_task = generate.run_prompt_task.with_options(cache_result_in_memory=False)
 
 
 def main() -> None:
@@ -148,7 +151,8 @@ def main() -> None:
     from flows.generate import generate_trajectories
 
     import_s = time.perf_counter() - _T_START
-    apply_patches(spec.get("patches") or [])
+    # patches also from the environment, for the parts that take no --experiments (e.g. memory)
+    apply_patches((spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(","))
     _mark_prompt_phase_end()
     config = BatchConfig(**spec["config"])
     profile = spec.get("profile")

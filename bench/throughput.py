@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smaller sizes (N at most 1024, memory N = 1000, 2000)",
+        help="smaller sizes (N at most 1024, memory N = 1000, 5000)",
     )
     p.add_argument("--workers", default="4,16,64,256", help="comma list of W")
     p.add_argument("--per-worker", type=int, default=8, help="N = per_worker x W (default 8)")
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heavy-fast-ms", type=int, default=500)
     p.add_argument("--heavy-slow-ms", type=int, default=5000)
     p.add_argument(
-        "--memory-n", default=None, help="comma list of N at W=256 (default 1000,10000; quick 1000,2000)"
+        "--memory-n", default=None, help="comma list of N at W=256 (default 1000,10000; quick 1000,5000)"
     )
     p.add_argument("--memory-latency-ms", type=int, default=100)
     p.add_argument("--parts", default="scaling,heavy,floor,memory", help="which parts to run")
@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     per_worker = args.per_worker
     max_n = args.max_n or (1024 if args.quick else None)
     heavy_n = args.heavy_n or 8 * 16  # N = 8 x W, as the fixed-latency runs
-    memory_n = [int(x) for x in (args.memory_n or ("1000,2000" if args.quick else "1000,10000")).split(",")]
+    memory_n = [int(x) for x in (args.memory_n or ("1000,5000" if args.quick else "1000,10000")).split(",")]
     parts = set(args.parts.split(","))
     root = WORK / "throughput"
     root.mkdir(parents=True, exist_ok=True)
