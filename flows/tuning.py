@@ -23,8 +23,8 @@ starts, and recommended for ``prefect server start`` (README, deployments/OPERAT
 
 MALLOC_ARENA_MAX = 4
 """glibc malloc arenas for the flow process. Its default (8 per core) lets hundreds of prompt
-threads fragment memory: peak RSS at 256 workers 827 MB and growing with the number of prompts,
-against ~480 MB and flat in N with 4, at the same CPU (2 arenas cost ~3 ms CPU per prompt)."""
+threads fragment memory: peak RSS at 256 workers and 1,024 prompts 827 MB, against 499 MB with 4
+at the same CPU (2 arenas cost ~3 ms CPU per prompt); bench/ANALYSIS.md."""
 
 _M_ARENA_MAX = -8  # glibc malloc.h
 
