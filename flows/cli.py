@@ -340,6 +340,9 @@ def run_agent(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``hermes-batch`` and ``batch_runner.py``."""
+    from flows.tuning import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread exists (glibc fixes its arena limit early)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["agent"]:

@@ -6,11 +6,8 @@ Each is a default only: a value the user has set wins.
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import sys
-
-logger = logging.getLogger(__name__)
 
 PREFECT_SERVER_SETTINGS: dict[str, str] = {
     # Prefect's default, 1, makes the task-run recorder write every task-run event with its own
@@ -37,20 +34,23 @@ def apply_prefect_server_defaults() -> None:
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENA_MAX) -> bool:
-    """Cap glibc's malloc arenas for the threads this process starts from now on.
+    """Cap glibc's malloc arenas for this process (``mallopt(M_ARENA_MAX)``, glibc ``malloc.h``).
 
-    Same effect as ``MALLOC_ARENA_MAX`` in the environment at start-up, which wins when set
-    (``mallopt(M_ARENA_MAX)``, glibc ``malloc.h``). No-op off Linux/glibc.
+    glibc fixes its arena limit once, the first time the process would create a 9th arena, so
+    the cap only takes if it is set before that: call this early, before threads are started
+    (the command line does it first thing; the flow again at its start, for flow runs started by
+    a worker, where only Prefect's few threads exist yet). A ``MALLOC_ARENA_MAX`` or
+    ``glibc.malloc.arena_max`` tunable set by the user wins. No-op off Linux/glibc.
 
     Returns:
-        True when the cap was applied.
+        True when the cap was handed to glibc (it then applies unless the limit was already fixed).
     """
-    if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+    if os.environ.get("MALLOC_ARENA_MAX") or "glibc.malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    if not sys.platform.startswith("linux"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (e.g. musl)
         return False
-    applied = bool(mallopt(_M_ARENA_MAX, arenas))
-    logger.debug("malloc arenas capped at %d: %s", arenas, applied)
-    return applied
+    return bool(mallopt(_M_ARENA_MAX, arenas))

@@ -11,6 +11,7 @@ OpenRouter options (``provider``, ``reasoning``) travel in ``extra_body``
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -97,7 +98,8 @@ class Usage:
         if usage is None:
             return cls()
         data = usage.model_dump() if hasattr(usage, "model_dump") else dict(usage)
-        details = data.get("completion_tokens_details") or {}
+        details = data.get("completion_tokens_details")
+        details = details if isinstance(details, dict) else {}
         cost = data.get("cost")
         return cls(
             prompt_tokens=int(data.get("prompt_tokens") or 0),
@@ -204,47 +206,58 @@ class ModelClient:
             raise ModelError(_describe(exc), status_code=exc.status_code, retryable=True) from None
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise ModelError(f"{type(exc).__name__}: {exc}", retryable=True) from None
+        except ValueError as exc:  # a JSON reply that does not decode (e.g. cut off)
+            raise ModelError(f"the provider's reply is not valid JSON: {exc}", retryable=True) from None
         return _read_turn(response)
 
 
 def _read_turn(response: Any) -> ModelTurn:
     """The assistant turn of a decoded Chat Completions response (``{"choices": [...], "usage"}``).
 
+    Tool call arguments that arrive as JSON values instead of text are turned into JSON text.
+
     Raises:
-        ModelError: (retryable) when the response has no choice or is not a Chat Completions object.
+        ModelError: (retryable) when the response has no choice or is not shaped like a Chat
+            Completions object.
     """
     choices = response.get("choices") if isinstance(response, dict) else None
     if not choices:
         error = response.get("error") if isinstance(response, dict) else None
         detail = f": {error.get('message') if isinstance(error, dict) else error}" if error else ""
         raise ModelError(f"the provider returned no choices{detail}", retryable=True)
-    choice = choices[0]
-    raw = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(raw, dict):
+    try:
+        choice = choices[0]
+        raw = choice["message"]
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": raw.get("content"),
+            "reasoning": extract_reasoning(raw),
+            "finish_reason": choice.get("finish_reason"),
+        }
+        if raw.get("tool_calls"):
+            message["tool_calls"] = [_read_tool_call(call) for call in raw["tool_calls"]]
+        usage = Usage.from_api(response.get("usage"))
+    except (LookupError, AttributeError, TypeError, ValueError) as exc:
         raise ModelError(
-            f"the provider returned a choice without a message: {str(choice)[:200]}", retryable=True
-        )
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": raw.get("content"),
-        "reasoning": extract_reasoning(raw),
-        "finish_reason": choice.get("finish_reason"),
+            f"the provider returned a malformed response ({type(exc).__name__}: {exc}): {str(response)[:300]}",
+            retryable=True,
+        ) from None
+    return ModelTurn(message=message, usage=usage)
+
+
+def _read_tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """One ``tool_calls`` entry as ``{"id", "type": "function", "function": {"name", "arguments"}}``."""
+    function = call["function"]
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = ""
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {
+        "id": call.get("id"),
+        "type": "function",
+        "function": {"name": function.get("name"), "arguments": arguments},
     }
-    calls = raw.get("tool_calls")
-    if calls:
-        message["tool_calls"] = [
-            {
-                "id": call.get("id"),
-                "type": "function",
-                "function": {
-                    "name": (call.get("function") or {}).get("name"),
-                    "arguments": (call.get("function") or {}).get("arguments") or "",
-                },
-            }
-            for call in calls
-            if isinstance(call, dict)
-        ]
-    return ModelTurn(message=message, usage=Usage.from_api(response.get("usage")))
 
 
 def _describe(exc: openai.APIStatusError) -> str:

@@ -104,6 +104,7 @@ def run_prompt(
         SandboxError: the sandbox could not be created or broke.
         ConfigError: unknown distribution or backend, missing API key.
     """
+    check_cancelled()  # a prompt dequeued while the run is stopping starts no sandbox
     settings = settings or HermesSettings()
     started = time.monotonic()
     client = ModelClient(

@@ -298,31 +298,37 @@ def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_
         assert not worker.is_alive() and time.monotonic() - started < 10
         assert wait_dead(sleeper)
         assert len(errors) == 1 and isinstance(errors[0], PromptCancelled)
-        with pytest.raises(PromptCancelled):  # new prompts refuse while cancelled
-            run_prompt(_job("after cancel"), _spec(mock_server), SETTINGS)
+        never = tmp_path / "never-created"
+        with pytest.raises(PromptCancelled):  # new prompts refuse while cancelled, before any sandbox
+            run_prompt(
+                _job("after cancel").model_copy(update={"cwd": str(never)}), _spec(mock_server), SETTINGS
+            )
+        assert not never.exists()
     finally:
         cancel.reset()
     assert run_prompt(_job("after reset"), _spec(mock_server), SETTINGS).status == "completed"
 
 
-class _ErrorBody(BaseHTTPRequestHandler):
-    """Answers 200 with an error object and no choices, as OpenRouter does when a provider fails mid-way."""
+class _RawReply(BaseHTTPRequestHandler):
+    """Answers 200 (application/json) with ``reply`` as it is: bodies a provider should not send."""
+
+    reply = b""
 
     def do_POST(self):  # noqa: N802 - http.server API
         self.rfile.read(int(self.headers["Content-Length"]))
-        data = json.dumps({"error": {"message": "upstream provider overloaded", "code": 502}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(self.reply)))
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(self.reply)
 
     def log_message(self, *args):
         pass
 
 
-def test_a_response_without_choices_is_a_retryable_model_error_with_the_providers_message():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ErrorBody)
+def _complete_with_reply(reply: object):
+    _RawReply.reply = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RawReply)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         client = ModelClient(
@@ -331,9 +337,50 @@ def test_a_response_without_choices_is_a_retryable_model_error_with_the_provider
             api_key=None,
             max_retries=0,
         )
-        with pytest.raises(ModelError) as caught:
-            client.complete([{"role": "user", "content": "hi"}], [], timeout=5)
+        return client.complete([{"role": "user", "content": "hi"}], [], timeout=5)
     finally:
         server.shutdown()
+
+
+def _message(**fields) -> dict:
+    return {"choices": [{"message": {"role": "assistant", **fields}, "finish_reason": "tool_calls"}]}
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        # OpenRouter answers 200 with an error object when a provider fails mid-way
+        (
+            {"error": {"message": "upstream provider overloaded", "code": 502}},
+            "the provider returned no choices: upstream provider overloaded",
+        ),
+        (b'{"choices": [{"message": {"content": "cut o', "the provider's reply is not valid JSON"),
+        ({"choices": {"0": {}}}, "the provider returned a malformed response (KeyError"),
+        (_message(content=None, tool_calls=7), "the provider returned a malformed response (TypeError"),
+        (
+            _message(content=None, tool_calls=[{"id": "c", "function": "terminal"}]),
+            "malformed response (AttributeError",
+        ),
+        (
+            {**_message(content="x"), "usage": "lots"},
+            "the provider returned a malformed response (ValueError",
+        ),
+    ],
+)
+def test_a_malformed_reply_is_a_retryable_model_error_that_says_what_came(reply, error):
+    with pytest.raises(ModelError) as caught:
+        _complete_with_reply(reply)
     assert caught.value.retryable is True
-    assert str(caught.value) == "the provider returned no choices: upstream provider overloaded"
+    assert error in str(caught.value)
+
+
+def test_tool_call_arguments_sent_as_a_json_object_become_json_text():
+    turn = _complete_with_reply(
+        _message(
+            content=None,
+            tool_calls=[{"id": "c1", "function": {"name": "terminal", "arguments": {"command": "ls"}}}],
+        )
+    )
+    assert turn.message["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "ls"}'}}
+    ]

@@ -329,14 +329,16 @@ def test_a_second_invocation_on_a_run_in_use_refuses(cli, mock_server):
 def test_num_workers_model_requests_are_in_flight_never_more(cli):
     from hermes_core.mockllm import MockServer
 
-    prompts = [f"window prompt {i}" for i in range(12)]
+    prompts = [f"window prompt {i}" for i in range(9)]
     dataset = _write_dataset(cli.cwd / "window.jsonl", prompts)
     with MockServer() as server:  # its own counters: no other test's requests
         proc = cli(
-            *_args(dataset, "window", server, "--num_workers=3", model="mock/scripted?latency_ms=400&turns=0")
+            *_args(
+                dataset, "window", server, "--num_workers=3", model="mock/scripted?latency_ms=1000&turns=0"
+            )
         )
         stats = server.stats()
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert stats["requests"] == 12 and stats["in_flight"] == 0
+    assert stats["requests"] == 9 and stats["in_flight"] == 0
     assert stats["peak_in_flight"] == 3
-    assert len(_jsonl(cli.cwd / "data" / "window" / "trajectories.jsonl")) == 12
+    assert len(_jsonl(cli.cwd / "data" / "window" / "trajectories.jsonl")) == 9

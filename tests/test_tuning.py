@@ -28,7 +28,8 @@ ctypes.CDLL(None).malloc_stats()
 
 
 def _arenas(cap: int, extra_env: dict[str, str] | None = None) -> tuple[str, int]:
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | (extra_env or {})
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+    env |= extra_env or {}
     proc = subprocess.run(
         [sys.executable, "-c", _THREADS_THEN_ARENAS, str(cap)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True,
@@ -46,3 +47,4 @@ def test_malloc_arenas_are_capped_for_threads_started_after_the_call():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc arenas are Linux-only")
 def test_a_malloc_arena_max_set_by_the_user_wins():
     assert _arenas(3, {"MALLOC_ARENA_MAX": "5"}) == ("False", 5)
+    assert _arenas(3, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=5"}) == ("False", 5)
