@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from hermes_core.exceptions import ConfigError
+from hermes_core.settings import HermesSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,35 @@ def container_cwd(cwd: str | None) -> str:
     return posixpath.normpath(posixpath.join(CONTAINER_WORKDIR, cwd)) if cwd else CONTAINER_WORKDIR
 
 
+class ContainerSandbox(SandboxLifecycle):
+    """What the container-like backends (docker, singularity, modal) share: their arguments.
+
+    Args:
+        cwd: working directory inside the sandbox; relative paths are taken under ``/workspace``
+            (:func:`container_cwd`). None: ``/workspace``.
+        image: image of the sandbox; None: ``settings.terminal_docker_image``.
+        settings: default ``HermesSettings()``.
+        run_name, prompt_id: the run and prompt the sandbox belongs to (labels, logs).
+        **_ignored: options of other backends, accepted and ignored.
+    """
+
+    def __init__(
+        self,
+        cwd: str | None = None,
+        image: str | None = None,
+        settings: HermesSettings | None = None,
+        run_name: str = "",
+        prompt_id: str | int = "",
+        **_ignored: object,
+    ):
+        self.settings = settings or HermesSettings()
+        self.image = image or self.settings.terminal_docker_image
+        self.cwd = container_cwd(cwd)
+        self.run_name = run_name
+        self.prompt_id = str(prompt_id)
+        self._closed = False
+
+
 # name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
     "local": "hermes_core.environments.local:LocalEnvironment",
@@ -130,6 +160,7 @@ __all__ = [
     "CONTAINER_WORKDIR",
     "Environment",
     "ExecResult",
+    "ContainerSandbox",
     "SandboxLifecycle",
     "container_cwd",
     "create_environment",

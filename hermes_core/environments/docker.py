@@ -42,11 +42,10 @@ import docker
 import docker.errors
 import requests
 
-from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
+from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
 from hermes_core.exceptions import SandboxError
-from hermes_core.settings import HermesSettings
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +199,7 @@ def _remove_live_containers() -> None:
 # -- the environment ---------------------------------------------------------------------
 
 
-class DockerEnvironment(SandboxLifecycle):
+class DockerEnvironment(ContainerSandbox):
     """Per-prompt sandbox in its own container.
 
     Args:
@@ -218,24 +217,11 @@ class DockerEnvironment(SandboxLifecycle):
         container_id: id of the container ("" until :meth:`start`).
     """
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        image: str | None = None,
-        settings: HermesSettings | None = None,
-        run_name: str = "",
-        prompt_id: str | int = "",
-        **_ignored: object,
-    ):
-        self.settings = settings or HermesSettings()
-        self.image = image or self.settings.terminal_docker_image
-        self.cwd = container_cwd(cwd)
-        self.run_name = run_name
-        self.prompt_id = str(prompt_id)
+    def __init__(self, cwd: str | None = None, image: str | None = None, **kwargs: object):
+        super().__init__(cwd, image, **kwargs)
         self.container_id = ""
         self._container = None
         self._client: docker.DockerClient | None = None
-        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -24,11 +24,10 @@ import posixpath
 import time
 from typing import Any
 
-from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
+from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
 from hermes_core.exceptions import ConfigError, SandboxError
-from hermes_core.settings import HermesSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def _modal() -> Any:
         ) from None
 
 
-class ModalEnvironment(SandboxLifecycle):
+class ModalEnvironment(ContainerSandbox):
     """Per-prompt sandbox in a Modal Sandbox.
 
     Args:
@@ -61,21 +60,9 @@ class ModalEnvironment(SandboxLifecycle):
         cwd: absolute working directory inside the sandbox.
     """
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        image: str | None = None,
-        settings: HermesSettings | None = None,
-        run_name: str = "",
-        prompt_id: str | int = "",
-        **_ignored: object,
-    ):
-        self.settings = settings or HermesSettings()
-        self.image = image or self.settings.terminal_docker_image
-        self.cwd = container_cwd(cwd)
-        self.run_name, self.prompt_id = run_name, str(prompt_id)
+    def __init__(self, cwd: str | None = None, image: str | None = None, **kwargs: object):
+        super().__init__(cwd, image, **kwargs)
         self._sandbox: Any = None
-        self._closed = False
 
     def start(self) -> None:
         """Create the sandbox and its working directory. Idempotent.

@@ -24,11 +24,10 @@ import shlex
 import shutil
 import subprocess
 
-from hermes_core.environments import ExecResult, SandboxLifecycle, container_cwd
+from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
-from hermes_core.settings import HermesSettings
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ def image_uri(image: str) -> str:
     return f"docker://{image}"
 
 
-class SingularityEnvironment(SandboxLifecycle):
+class SingularityEnvironment(ContainerSandbox):
     """Per-prompt sandbox in an Apptainer/Singularity instance.
 
     Args:
@@ -61,23 +60,12 @@ class SingularityEnvironment(SandboxLifecycle):
         instance: instance name ("" until :meth:`start`).
     """
 
-    def __init__(
-        self,
-        cwd: str | None = None,
-        image: str | None = None,
-        settings: HermesSettings | None = None,
-        run_name: str = "",
-        prompt_id: str | int = "",
-        **_ignored: object,
-    ):
-        self.settings = settings or HermesSettings()
-        self.image = image_uri(image or self.settings.terminal_docker_image)
-        self.cwd = container_cwd(cwd)
-        self.run_name, self.prompt_id = run_name, str(prompt_id)
+    def __init__(self, cwd: str | None = None, image: str | None = None, **kwargs: object):
+        super().__init__(cwd, image, **kwargs)
+        self.image = image_uri(self.image)
         self.instance = ""
         self._binary = find_binary()
         self._host = LocalEnvironment(settings=self.settings.model_copy(update={"local_isolation": "none"}))
-        self._closed = False
 
     def start(self) -> None:
         """Start the instance. Idempotent.
