@@ -56,13 +56,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def tree_cpu_seconds(proc: psutil.Process) -> float:
-    """user + system seconds of ``proc`` and its live descendants (0 for a vanished process)."""
-    total = 0.0
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    """``proc`` and its live descendants (just ``proc`` when it is gone)."""
     procs = [proc]
     with contextlib.suppress(psutil.Error):
         procs += proc.children(recursive=True)
-    for p in procs:
+    return procs
+
+
+def tree_cpu_seconds(proc: psutil.Process) -> float:
+    """user + system seconds of ``proc`` and its live descendants (0 for a vanished process)."""
+    total = 0.0
+    for p in _tree(proc):
         with contextlib.suppress(psutil.Error):
             t = p.cpu_times()
             total += t.user + t.system
@@ -72,10 +77,7 @@ def tree_cpu_seconds(proc: psutil.Process) -> float:
 def tree_rss_mb(proc: psutil.Process) -> float:
     """Resident memory of ``proc`` and its live descendants, MB."""
     total = 0
-    procs = [proc]
-    with contextlib.suppress(psutil.Error):
-        procs += proc.children(recursive=True)
-    for p in procs:
+    for p in _tree(proc):
         with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
     return total / 2**20

@@ -179,3 +179,41 @@ def cli(prefect_server, tmp_path):
     run.spawn = spawn
     run.api_url = prefect_server
     return run
+
+
+@pytest.fixture
+def env():
+    """A started local environment (a fresh working directory), closed after the test."""
+    from hermes_core.environments.local import LocalEnvironment
+
+    with LocalEnvironment() as environment:
+        yield environment
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Base URL of the static test site (tests/fixtures/servers.py) served on loopback for the module."""
+    from tests.fixtures.servers import static_site
+
+    with static_site() as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def vendor():
+    """A local HTTP server standing in for a paid vendor API (pytest-httpserver), for the module."""
+    from pytest_httpserver import HTTPServer
+
+    server = HTTPServer(host="127.0.0.1", threaded=True)
+    server.start()
+    yield server
+    server.clear()
+    server.stop()
+
+
+@pytest.fixture
+def api(vendor):
+    """The vendor server with no expectations; after the test, every expected request must have come."""
+    vendor.clear()
+    yield vendor
+    vendor.check_assertions()

@@ -19,15 +19,8 @@ from hermes_core.tools import REGISTRY, TOOLSETS, ToolContext, offered_tools
 from hermes_core.tools._browser_session import HOST
 from hermes_core.tools._registry import ModelEndpoint
 from hermes_core.tools.browser import compact_snapshot
-from tests.fixtures.servers import static_site
 
 LOCAL = {"web_block_private_addresses": False}
-
-
-@pytest.fixture(scope="module")
-def site():
-    with static_site() as base:
-        yield base
 
 
 class Prompt:

@@ -17,17 +17,11 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tests.fixtures.servers import PAGES, static_site
+from tests.fixtures.servers import PAGES
 
 pytestmark = pytest.mark.slow
 
 RED = (PAGES / "red.png").read_bytes()
-
-
-@pytest.fixture
-def site():
-    with static_site() as base:
-        yield base
 
 
 @pytest.fixture

@@ -17,12 +17,6 @@ def make_ctx(env: LocalEnvironment, **settings) -> ToolContext:
 
 
 @pytest.fixture
-def env():
-    with LocalEnvironment() as environment:
-        yield environment
-
-
-@pytest.fixture
 def ctx(env):
     context = make_ctx(env)
     yield context

@@ -9,48 +9,19 @@ import json
 import time
 
 import pytest
-from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from hermes_core.environments import create_environment
 from hermes_core.mockllm import MockServer
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext, offered_tools
 from hermes_core.tools._registry import ModelEndpoint
 from hermes_core.tools.moa import APOLOGY
 from tests.conftest import conversation_key
-from tests.fixtures.servers import PAGES, static_site
+from tests.fixtures.servers import PAGES
 
 RED = (PAGES / "red.png").read_bytes()
 RED_SEEN = f"image/png, {len(RED)} bytes, sha256 {hashlib.sha256(RED).hexdigest()[:16]}"
 NO_IMAGE_BACKEND = {"fal_key": None, "image_base_url": None, "image_api_key": None}
-
-
-@pytest.fixture
-def env():
-    with create_environment("local") as environment:
-        yield environment
-
-
-@pytest.fixture(scope="module")
-def site():
-    with static_site() as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def vendor():
-    server = HTTPServer(host="127.0.0.1", threaded=True)
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def api(vendor):
-    vendor.clear()
-    yield vendor
-    vendor.check_assertions()
 
 
 def run(env, name: str, args: dict, *, endpoint: ModelEndpoint | None = None, **settings) -> dict:

@@ -12,11 +12,8 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-from pytest_httpserver import HTTPServer
 from werkzeug import Response
 
-from hermes_core.environments import create_environment
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext, offered_tools
 from tests.fixtures.servers import PAGES, static_site
@@ -27,34 +24,6 @@ NO_BACKEND = {
     "tavily_api_key": None,
     "searxng_url": None,
 }
-
-
-@pytest.fixture(scope="module")
-def vendor():
-    server = HTTPServer(host="127.0.0.1", threaded=True)
-    server.start()
-    yield server
-    server.clear()
-    server.stop()
-
-
-@pytest.fixture
-def api(vendor):
-    vendor.clear()
-    yield vendor
-    vendor.check_assertions()
-
-
-@pytest.fixture(scope="module")
-def site():
-    with static_site() as base:
-        yield base
-
-
-@pytest.fixture
-def env():
-    with create_environment("local") as environment:
-        yield environment
 
 
 def call(env, name: str, args: dict, **settings) -> dict:
