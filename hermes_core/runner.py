@@ -19,6 +19,7 @@ from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.environments import create_environment
 from hermes_core.mockllm import ensure_mock_server, is_mock_model
+from hermes_core.redaction import register_secrets_of
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ToolContext, offered_tools
 from hermes_core.tools._registry import ModelEndpoint
@@ -106,6 +107,7 @@ def run_prompt(
     """
     check_cancelled()  # a prompt dequeued while the run is stopping starts no sandbox
     settings = settings or HermesSettings()
+    register_secrets_of(settings)  # the keys it holds are redacted from every tool result
     started = time.monotonic()
     client = ModelClient(
         spec.model,

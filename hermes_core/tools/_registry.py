@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, c
 
 from hermes_core.environments import Environment
 from hermes_core.exceptions import PromptTimeout, ToolError
+from hermes_core.redaction import redact
 from hermes_core.settings import HermesSettings
 
 Availability = Callable[[HermesSettings], str | None]
@@ -115,10 +116,12 @@ class Tool:
         return self.check(settings)
 
     def invoke(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
-        """Validate ``arguments``, run the handler, return the JSON result string (bounded).
+        """Validate ``arguments``, run the handler, return the JSON result string (bounded, redacted).
 
         A :class:`ToolError` (or invalid arguments) becomes ``{"error": ...}``;
-        any other exception propagates and fails the prompt.
+        any other exception propagates and fails the prompt. Every secret value the
+        process knows is replaced by ``[REDACTED]`` (:mod:`hermes_core.redaction`) before
+        the result goes back to the model: this is the one place every tool result passes.
         """
         try:
             try:
@@ -131,7 +134,7 @@ class Tool:
             result = self.handler(ctx, **dict(args))
         except ToolError as exc:
             result = {"error": str(exc)[:2048]}
-        text = json.dumps(result, ensure_ascii=False)
+        text = redact(json.dumps(result, ensure_ascii=False))
         limit = ctx.settings.tool_result_max_chars
         if len(text) > limit:
             text = json.dumps(
