@@ -76,7 +76,9 @@ def run_baseline(
     """Run ``prompts`` the reference's way; returns wall seconds, counts and CPU seconds."""
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
-        PromptJob(prompt_index=i, prompt_id=f"baseline-{i:08d}", prompt=p).model_dump()
+        PromptJob(
+            prompt_index=i, prompt_id=f"baseline-{i:08d}", record_key=f"baseline-{i:08d}", prompt=p
+        ).model_dump()
         for i, p in enumerate(prompts)
     ]
     batches = [jobs[i : i + batch_size] for i in range(0, len(jobs), batch_size)]

@@ -56,7 +56,9 @@ def template_rows() -> list[dict[str, Any]]:
                 toolsets=toolsets,
             )
             prompt = f"Template {n}: inspect the project, write a helper and check it"
-            job = PromptJob(prompt_index=n, prompt_id=f"template-{n}", prompt=prompt)
+            job = PromptJob(
+                prompt_index=n, prompt_id=f"template-{n}", record_key=f"template-{n}", prompt=prompt
+            )
             rows.append(run_prompt(job, spec).row)
     return rows
 

@@ -326,6 +326,7 @@ def run_agent(argv: list[str]) -> int:
         job = PromptJob(
             prompt_index=0,
             prompt_id=hashlib.sha256(args.prompt.encode()).hexdigest()[:32],
+            record_key=hashlib.sha256(args.prompt.encode()).hexdigest()[:32],
             prompt=args.prompt,
             cwd=args.cwd,
         )

@@ -21,7 +21,6 @@ from hermes_core.cancel import check_cancelled
 from hermes_core.client import ModelClient, Usage
 from hermes_core.exceptions import (
     AgentStop,
-    ModelError,
     OutputTruncated,
     PromptTimeout,
     RepeatedToolErrors,
@@ -127,11 +126,8 @@ class Agent:
         """One turn: a model call, then its tool calls in order. Returns True after a final answer."""
         if self.api_calls >= self.config.max_turns:
             raise TurnLimitReached(f"{self.api_calls} model calls made")
-        try:
-            turn = self.client.complete(self._request_messages(), self._schemas, timeout=self._time_left())
-        except ModelError as exc:
-            self._time_left()  # a request cut by the prompt's deadline is a timeout, not a provider error
-            raise exc
+        self._time_left()
+        turn = self.client.complete(self._request_messages(), self._schemas, deadline=self.ctx.deadline)
         self.api_calls += 1
         self.usage.add(turn.usage)
         self.messages.append(turn.message)

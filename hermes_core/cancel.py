@@ -1,30 +1,47 @@
-"""Stopping every prompt of this process at once (Ctrl-C, a cancelled flow run).
+"""Stopping every prompt of this process at once (Ctrl-C, SIGTERM, a cancelled flow run).
 
-:func:`cancel_running` sets a process-wide flag and tears down every live
-environment, which kills the commands running in it (local process groups,
-containers). Agents see the flag before their next model call and end with
-:class:`~hermes_core.exceptions.PromptCancelled`; new prompts refuse to start.
+:func:`cancel_running` sets a process-wide flag, wakes every prompt thread that waits on
+a model request or a retry delay, and tears down every live environment, which kills the
+commands running in it (local process groups, bubblewrap sandboxes, containers). Agents see
+the flag before their next step and end with :class:`~hermes_core.exceptions.PromptCancelled`;
+new prompts refuse to start. Deciding *when* to cancel (signals, the flow run's state) is the
+flow's business, not this module's.
+
+A model request cannot be interrupted from another thread (closing a client does not wake a
+thread blocked on its socket), so :func:`call_interruptibly` runs it in a daemon thread and
+returns, or raises PromptCancelled, as soon as the run is cancelled: a stopping process never
+waits for a slow model.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from hermes_core.environments import Environment
 from hermes_core.exceptions import PromptCancelled
 
+T = TypeVar("T")
+
 _cancelled = threading.Event()
 _live: set[Environment] = set()
+_waiters: set[threading.Event] = set()
 _lock = threading.Lock()
 
 
 def cancel_running() -> int:
-    """Cancel every prompt of this process; returns how many environments were torn down."""
+    """Cancel every prompt of this process; returns how many environments were torn down.
+
+    Safe to call from any thread and more than once; environments are closed in this thread.
+    """
     _cancelled.set()
     with _lock:
         envs = list(_live)
+        waiters = list(_waiters)
+    for event in waiters:
+        event.set()
     for env in envs:
         try:
             env.close(interrupted=True)
@@ -33,9 +50,9 @@ def cancel_running() -> int:
     return len(envs)
 
 
-def reset() -> None:
-    """Allow prompts to run again (after a cancellation, in a process that goes on)."""
-    _cancelled.clear()
+def is_cancelled() -> bool:
+    """True once :func:`cancel_running` was called in this process."""
+    return _cancelled.is_set()
 
 
 def check_cancelled() -> None:
@@ -46,7 +63,11 @@ def check_cancelled() -> None:
 
 @contextmanager
 def tracked(env: Environment) -> Iterator[Environment]:
-    """Register ``env`` as live while the block runs, so that :func:`cancel_running` can tear it down."""
+    """Register ``env`` as live while the block runs, so that :func:`cancel_running` can tear it down.
+
+    Enter it BEFORE the environment starts (``with tracked(env), env:``): a cancel that comes
+    while a container is being created then still removes it.
+    """
     check_cancelled()
     with _lock:
         _live.add(env)
@@ -55,3 +76,53 @@ def tracked(env: Environment) -> Iterator[Environment]:
     finally:
         with _lock:
             _live.discard(env)
+
+
+@contextmanager
+def _waiter() -> Iterator[threading.Event]:
+    event = threading.Event()
+    with _lock:
+        _waiters.add(event)
+    try:
+        if _cancelled.is_set():
+            event.set()
+        yield event
+    finally:
+        with _lock:
+            _waiters.discard(event)
+
+
+def sleep(seconds: float) -> None:
+    """Sleep ``seconds``, or raise PromptCancelled as soon as the run is cancelled."""
+    with _waiter() as event:
+        event.wait(max(seconds, 0.0))
+    check_cancelled()
+
+
+def call_interruptibly(fn: Callable[[], T]) -> T:
+    """``fn()`` run in a daemon thread; its result or exception, or PromptCancelled at once on a cancel.
+
+    The thread of a cancelled call is left to finish on its own (it holds no sandbox: the
+    caller's environment is torn down by the cancel) and never keeps the process alive.
+    """
+    check_cancelled()
+    outcome: list = []
+
+    with _waiter() as event:
+
+        def target() -> None:
+            try:
+                outcome.append((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                outcome.append((False, exc))
+            finally:
+                event.set()
+
+        threading.Thread(target=target, name="hermes-model-request", daemon=True).start()
+        event.wait()
+    if not outcome:
+        raise PromptCancelled("the run was cancelled during a model request")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value

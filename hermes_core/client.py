@@ -1,25 +1,37 @@
 """The model client: OpenAI Chat Completions with tools, routing and reasoning options.
 
-Retries are the openai SDK's own (``max_retries``): 408/409/429/5xx, timeouts
-and connection errors, exponential backoff with jitter (0.5 s doubling to 8 s),
-honouring ``Retry-After`` / ``retry-after-ms`` up to 120 s (openai-python
-``_base_client.py``). What is left after them is turned into a
-:class:`~hermes_core.exceptions.ModelError` carrying the provider's message.
-OpenRouter options (``provider``, ``reasoning``) travel in ``extra_body``
+The openai SDK is the transport (HTTP, error types); retries are ours so that they see the
+prompt's deadline and every rate-limit answer: 408/409/429/5xx, timeouts, connection errors
+and malformed replies are retried up to ``max_retries`` times with exponential backoff and
+jitter (0.5 s doubling to 8 s, minus up to 25%) or the provider's ``Retry-After`` /
+``retry-after-ms`` when it is at most 60 s: the openai SDK's own policy
+(openai-python ``_base_client.py``, ``_calculate_retry_timeout``), kept so that users see the
+same behaviour. A retry that could not finish before the prompt's deadline is not started:
+the prompt fails with :class:`~hermes_core.exceptions.PromptTimeout` instead. What is left
+after the retries is a :class:`~hermes_core.exceptions.ModelError` carrying the provider's
+message. OpenRouter options (``provider``, ``reasoning``) travel in the request body
 (https://openrouter.ai/docs/api-reference/parameters).
+
+Each request runs through :func:`hermes_core.cancel.call_interruptibly`, so a cancelled run
+does not wait for a slow model.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
+import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import openai
+import tenacity
 from pydantic import BaseModel, Field, SecretStr
 
-from hermes_core.exceptions import ConfigError, ModelError
+from hermes_core import cancel
+from hermes_core.exceptions import ConfigError, ModelError, PromptTimeout
 from hermes_core.trajectory import extract_reasoning
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
@@ -130,8 +142,15 @@ _NON_RETRYABLE = (
     openai.NotFoundError,
     openai.UnprocessableEntityError,
 )
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+INITIAL_RETRY_DELAY = 0.5
+"""Seconds before the first retry (doubling each time), as the openai SDK."""
+MAX_RETRY_DELAY = 8.0
+"""Longest backoff between two attempts, seconds, as the openai SDK."""
+MAX_RETRY_AFTER = 60.0
+"""Longest ``Retry-After`` honoured as given, seconds; a longer one falls back to the backoff."""
 
-_clients: dict[tuple[str, str, float, int], openai.OpenAI] = {}
+_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
 
@@ -142,8 +161,11 @@ class ModelClient:
         options: model id and request options.
         base_url: OpenAI-compatible endpoint (…/v1).
         api_key: the key; may be None only for local endpoints that need none.
-        timeout: seconds per request.
-        max_retries: SDK retries on transient errors.
+        timeout: seconds per request (each attempt).
+        max_retries: retries of one request on transient errors (so ``max_retries + 1`` attempts).
+
+    Raises:
+        ConfigError: no key for an endpoint that is not on this machine.
     """
 
     def __init__(
@@ -157,6 +179,8 @@ class ModelClient:
     ):
         self.options = options
         self.base_url = base_url
+        self.timeout = timeout
+        self.max_retries = max_retries
         key = api_key.get_secret_value() if api_key else ""
         if not key:
             if "://127.0.0.1" in base_url or "://localhost" in base_url:
@@ -165,28 +189,37 @@ class ModelClient:
                 raise ConfigError(
                     f"no API key for {base_url}: set OPENROUTER_API_KEY or OPENAI_API_KEY (or pass --api_key)"
                 )
-        cache_key = (base_url, key, timeout, max_retries)
+        cache_key = (base_url, key, timeout)
         with _clients_lock:
             if cache_key not in _clients:
                 _clients[cache_key] = openai.OpenAI(
-                    base_url=base_url, api_key=key, timeout=timeout, max_retries=max_retries
+                    base_url=base_url, api_key=key, timeout=timeout, max_retries=0
                 )
             self._client = _clients[cache_key]
         self._extra_body = options.extra_body()
 
     def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, timeout: float | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
     ) -> ModelTurn:
-        """Send one Chat Completions request and return the assistant turn.
+        """Send one Chat Completions request (retried on transient errors) and return the assistant turn.
 
         Args:
             messages: OpenAI-format messages to send.
             tools: OpenAI ``tools`` entries (may be empty).
-            timeout: this request's timeout in seconds (e.g. bounded by the prompt deadline).
+            timeout: seconds per attempt (default: the client's timeout).
+            deadline: ``time.monotonic()`` value the whole call, retries and waits included, must
+                end by (the prompt's deadline), or None.
 
         Raises:
-            ModelError: non-retryable 4xx (provider's message), or a transient error
-                left after the SDK's retries (``retryable=True``), or an empty response.
+            ModelError: non-retryable 4xx (provider's message), or a transient error left after
+                the retries (``retryable=True``).
+            PromptTimeout: the deadline passed, or the next retry could not finish before it.
+            PromptCancelled: the run was cancelled.
         """
         body: dict[str, Any] = {"model": self.options.model, "messages": messages}
         if tools:
@@ -194,21 +227,94 @@ class ModelClient:
         if self.options.max_tokens:
             body["max_tokens"] = self.options.max_tokens
         body.update(self._extra_body)
-        options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, ModelError) and exc.retryable),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=_retry_wait,
+            before_sleep=lambda state: _refuse_past(
+                deadline, state.upcoming_sleep, state.outcome.exception()
+            ),
+            sleep=cancel.sleep,
+            reraise=True,
+        )
+        return retrying(self._attempt, body, timeout or self.timeout, deadline)
+
+    def _attempt(self, body: dict[str, Any], timeout: float, deadline: float | None) -> ModelTurn:
+        """One HTTP request; every failure becomes a ModelError (``retryable`` when transient)."""
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PromptTimeout("prompt deadline passed before a model request")
+            timeout = min(timeout, left)
         try:
-            # The SDK's transport (retries, Retry-After, error types) without its per-call
-            # recursive transform of messages and tools, and without building response models
-            # (cast_to=object returns the decoded JSON): 3 ms less CPU per call (bench/ANALYSIS.md).
-            response = self._client.post("/chat/completions", body=body, options=options, cast_to=object)
+            # The SDK's transport and error types without its per-call recursive transform of
+            # messages and tools, and without building response models (cast_to=object returns
+            # the decoded JSON): 3 ms less CPU per call (bench/ANALYSIS.md).
+            response = cancel.call_interruptibly(
+                lambda: self._client.post(
+                    "/chat/completions", body=body, options={"timeout": timeout}, cast_to=object
+                )
+            )
         except _NON_RETRYABLE as exc:
             raise ModelError(_describe(exc), status_code=exc.status_code, retryable=False) from None
         except openai.APIStatusError as exc:
-            raise ModelError(_describe(exc), status_code=exc.status_code, retryable=True) from None
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            retryable = _should_retry(exc)
+            raise ModelError(
+                _describe(exc),
+                status_code=exc.status_code,
+                retryable=retryable,
+                retry_after=_retry_after(exc.response.headers) if retryable else None,
+            ) from None
+        except openai.APITimeoutError as exc:
+            if deadline is not None and time.monotonic() >= deadline - 0.05:
+                raise PromptTimeout("prompt deadline passed during a model request") from None
+            raise ModelError(f"{type(exc).__name__}: {exc}", retryable=True) from None
+        except openai.APIConnectionError as exc:
             raise ModelError(f"{type(exc).__name__}: {exc}", retryable=True) from None
         except ValueError as exc:  # a JSON reply that does not decode (e.g. cut off)
             raise ModelError(f"the provider's reply is not valid JSON: {exc}", retryable=True) from None
         return _read_turn(response)
+
+
+def _should_retry(exc: openai.APIStatusError) -> bool:
+    """Whether a status error is transient: ``x-should-retry`` when the provider says, else 408/409/429/5xx."""
+    hint = exc.response.headers.get("x-should-retry")
+    if hint in ("true", "false"):
+        return hint == "true"
+    return exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds the provider asks to wait (``retry-after-ms``, ``retry-after`` as seconds or an HTTP date)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return float(value) / scale
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    parsed = email.utils.parsedate_tz(value) if value else None
+    if parsed is None:
+        return None
+    return email.utils.mktime_tz(parsed) - time.time()
+
+
+def _retry_wait(state: tenacity.RetryCallState) -> float:
+    """Seconds before the next attempt: the error's ``Retry-After`` when 0 < it <= 60 s, else backoff."""
+    exc = state.outcome.exception() if state.outcome else None
+    asked = getattr(exc, "retry_after", None)
+    if asked is not None and 0 < asked <= MAX_RETRY_AFTER:
+        return asked
+    backoff = min(INITIAL_RETRY_DELAY * 2.0 ** (state.attempt_number - 1), MAX_RETRY_DELAY)
+    return backoff * (1 - 0.25 * random.random())
+
+
+def _refuse_past(deadline: float | None, wait: float | None, error: BaseException | None) -> None:
+    """Before a retry's wait: raise PromptTimeout when the wait alone would reach the deadline."""
+    if deadline is not None and time.monotonic() + (wait or 0.0) >= deadline:
+        raise PromptTimeout(f"prompt deadline would pass before the next retry (last error: {error})")
 
 
 def _read_turn(response: Any) -> ModelTurn:

@@ -43,12 +43,21 @@ class ModelError(HermesError):
         status_code: HTTP status of the last response, or None (timeout, connection).
         retryable: True when the error kind is transient (429, 5xx, timeout,
             connection) and a later attempt of the whole prompt may succeed.
+        retry_after: seconds the provider asked to wait (``Retry-After``), or None.
     """
 
-    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.status_code = status_code
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class PromptTimeout(HermesError):
@@ -84,6 +93,6 @@ class OutputTruncated(AgentStop):
 
 
 class RepeatedToolErrors(AgentStop):
-    """Three consecutive turns with unknown tools or invalid JSON arguments."""
+    """``max_consecutive_tool_errors`` (3) tool calls in a row named an unknown tool or had invalid JSON arguments."""
 
     partial = True

@@ -31,6 +31,10 @@ class PromptJob(BaseModel):
 
     prompt_index: int = Field(description="0-based position among the valid records.")
     prompt_id: str = Field(description="Identity of the prompt (content, occurrence, defining settings).")
+    record_key: str = Field(
+        description="Key of the record alone (content + occurrence), without the run's settings: it seeds "
+        "the toolset draw, so runs that differ only in model or turns give a prompt the same tools."
+    )
     prompt: str = Field(description="The first user message.")
     image: str | None = Field(default=None, description="Container image of this prompt's sandbox.")
     cwd: str | None = Field(default=None, description="Working directory of this prompt's terminal.")
@@ -116,7 +120,7 @@ def run_prompt(
         timeout=settings.request_timeout,
         max_retries=settings.max_retries,
     )
-    toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.prompt_id))
+    toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.record_key))
     tools, _ = offered_tools([ts for ts in toolsets if ts in TOOLSETS], settings)
     env = create_environment(
         spec.terminal_env or settings.terminal_env,
@@ -127,7 +131,7 @@ def run_prompt(
         prompt_id=job.prompt_id,
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
-    with env, tracked(env):
+    with tracked(env), env:  # registered before it starts: a cancel during start still removes it
         endpoint = ModelEndpoint(base_url=client.base_url, api_key=settings.api_key, model=spec.model.model)
         ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
         try:

@@ -141,6 +141,7 @@ def jobs_of(dataset: Dataset, settings_hash: str) -> list[PromptJob]:
         PromptJob(
             prompt_index=r.prompt_index,
             prompt_id=prompt_identity(r.content_key, settings_hash),
+            record_key=r.content_key,
             prompt=r.prompt,
             image=r.image,
             cwd=r.cwd,

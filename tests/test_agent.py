@@ -18,7 +18,8 @@ from hermes_core.tools import ALL_POSSIBLE_TOOLS
 
 
 def _job(prompt: str, index: int = 0) -> PromptJob:
-    return PromptJob(prompt_index=index, prompt_id=f"test-{abs(hash(prompt)) % 10**12:012d}", prompt=prompt)
+    key = f"test-{abs(hash(prompt)) % 10**12:012d}"
+    return PromptJob(prompt_index=index, prompt_id=key, record_key=key, prompt=prompt)
 
 
 def _spec(
@@ -270,43 +271,53 @@ def test_reasoning_disabled_wins_over_effort():
     assert ModelOptions(model="m").extra_body() == {}
 
 
+def _cancel_in_a_child(mock_server, prompt: str, wait_file: str, model: str = "mock/scripted") -> dict:
+    """Run ``tests/fixtures/cancel_child.py`` (one prompt, then cancel_running) and return its report."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.fixtures.cancel_child", mock_server.base_url, prompt, wait_file, model],
+        cwd=repo, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_path):
-    from hermes_core import cancel
-    from hermes_core.exceptions import PromptCancelled
     from tests.conftest import wait_dead
 
     pid_file = tmp_path / "sleeper.pid"
     prompt = f"[mock:command=sh -c 'echo $$ > {pid_file}; exec sleep 60'] cancel me"
-    errors: list[BaseException] = []
+    report = _cancel_in_a_child(mock_server, prompt, str(pid_file))
+    assert report["closed"] == 1 and report["alive"] is False and report["seconds"] < 10
+    assert report["error"] == "PromptCancelled"
+    assert report["after_cancel"] == "PromptCancelled"  # new prompts refuse while cancelled
+    assert wait_dead(int(pid_file.read_text()))
 
-    def run() -> None:
-        try:
-            run_prompt(_job(prompt), _spec(mock_server), SETTINGS)
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            errors.append(exc)
 
-    worker = threading.Thread(target=run)
-    worker.start()
-    deadline = time.monotonic() + 20
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    sleeper = int(pid_file.read_text())
+def test_cancel_does_not_wait_for_a_hanging_model_request(mock_server):
+    # the model request hangs 30 s; the cancel must end the prompt at once, not after the request
+    report = _cancel_in_a_child(mock_server, "hanging request, then cancel", "-", "mock/scripted?hang_s=30")
+    assert report["error"] == "PromptCancelled" and report["alive"] is False
+    assert report["seconds"] < 2
+
+
+def test_prompt_timeout_bounds_client_retries(mock_server):
+    # every request answers 429 with Retry-After 2 s: without the deadline, 5 retries would take 10 s
+    settings = HermesSettings(api_key=None, max_retries=5, request_timeout=30)
+    spec = _spec(mock_server, "mock/scripted?rate_limit=50&retry_after=2").model_copy(
+        update={"prompt_timeout": 3}
+    )
     started = time.monotonic()
-    try:
-        assert cancel.cancel_running() == 1
-        worker.join(timeout=15)
-        assert not worker.is_alive() and time.monotonic() - started < 10
-        assert wait_dead(sleeper)
-        assert len(errors) == 1 and isinstance(errors[0], PromptCancelled)
-        never = tmp_path / "never-created"
-        with pytest.raises(PromptCancelled):  # new prompts refuse while cancelled, before any sandbox
-            run_prompt(
-                _job("after cancel").model_copy(update={"cwd": str(never)}), _spec(mock_server), SETTINGS
-            )
-        assert not never.exists()
-    finally:
-        cancel.reset()
-    assert run_prompt(_job("after reset"), _spec(mock_server), SETTINGS).status == "completed"
+    with pytest.raises(PromptTimeout):
+        run_prompt(_job("Deadline during retries"), spec, settings)
+    assert time.monotonic() - started < 3.5
+    assert (
+        _requests_for(mock_server, "Deadline during retries") == 2
+    )  # the 3rd would start after the deadline
 
 
 class _RawReply(BaseHTTPRequestHandler):
@@ -384,3 +395,23 @@ def test_tool_call_arguments_sent_as_a_json_object_become_json_text():
     assert turn.message["tool_calls"] == [
         {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "ls"}'}}
     ]
+
+
+def test_toolset_draw_is_paired_across_models_and_turn_limits(mock_server, tmp_path):
+    """A model comparison keeps every prompt's tools: the draw depends on (seed, record), not the settings."""
+    from tasks.dataset import read_dataset
+    from tasks.run_setup import jobs_of
+
+    dataset = tmp_path / "paired.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": f"Paired prompt {i}"}) + "\n" for i in range(12)))
+    records = read_dataset(dataset)
+    drawn = {}
+    for model, max_turns in [("mock/scripted", 2), ("mock/scripted?latency_ms=1", 2), ("mock/scripted", 3)]:
+        spec = _spec(mock_server, model, toolsets=None, max_turns=max_turns, distribution="balanced")
+        jobs = jobs_of(records, settings_hash=f"{model}|{max_turns}")
+        drawn[(model, max_turns)] = [run_prompt(job, spec, SETTINGS).row["toolsets_used"] for job in jobs]
+    first, *others = drawn.values()
+    assert all(other == first for other in others)
+    assert len({tuple(ts) for ts in first}) > 1  # the draw does vary from prompt to prompt
+    ids = {job.prompt_id for job in jobs_of(records, "a")} & {job.prompt_id for job in jobs_of(records, "b")}
+    assert not ids  # while the prompts' identities (cache, ledger) do differ between the runs

@@ -84,7 +84,7 @@ def complete(ctx: ToolContext, endpoint: AuxEndpoint, messages: list[dict[str, A
             timeout=timeout,
             max_retries=ctx.settings.max_retries,
         )
-        turn = client.complete(messages, [], timeout=ctx.bound_timeout(timeout))
+        turn = client.complete(messages, [], timeout=ctx.bound_timeout(timeout), deadline=ctx.deadline)
     except (ConfigError, ModelError) as exc:
         raise AuxModelError(f"{endpoint.model}: {exc}") from None
     text = _THINK.sub("", turn.message.get("content") or "").strip()
