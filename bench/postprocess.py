@@ -184,7 +184,7 @@ def child(folder: Path) -> None:
         distribution="default",
         model="mock/scripted",
         batch_size=100,
-        total_prompts=len(index_of),
+        index_of=index_of,
         duration_seconds=0,
         failed_prompt_ids=[],
         valid_tools=ALL_POSSIBLE_TOOLS,

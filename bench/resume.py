@@ -174,7 +174,7 @@ def synthesise(run_dir: Path, dataset: Path, seed_dir: Path, missing: set[int]) 
         distribution=config.distribution,
         model=config.model,
         batch_size=config.batch_size,
-        total_prompts=len(jobs),
+        index_of=index_of,
         duration_seconds=info.total_duration,
         failed_prompt_ids=failed,
         valid_tools=ALL_POSSIBLE_TOOLS,

@@ -10,7 +10,8 @@ Prefect is imported only after the environment is prepared: with no
 module sets safe defaults for it unless the user set them.
 
 Exit codes: 0 every prompt finished; 1 some prompts failed (outputs written);
-2 invalid input (nothing was sent to a model).
+2 invalid input (nothing was sent to a model); 130 the run was stopped (Ctrl-C,
+SIGTERM or Cancel in Prefect: finished prompts are saved, ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     ours = p.add_argument_group("hermes-batch flags")
     ours.add_argument("--prompt_timeout", type=float, help="wall-clock seconds per prompt (default: none)")
     _flag(ours, "overwrite", "delete an existing run's outputs and start again")
+    _flag(ours, "retry_timeouts", "retry a prompt that ran past --prompt_timeout (it pays again)")
     _flag(ours, "skip_invalid", "skip invalid dataset lines with a warning instead of refusing to start")
     ours.add_argument(
         "--terminal_env", help="sandbox backend: local, docker, singularity, modal (default: TERMINAL_ENV)"
@@ -160,65 +162,36 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _prefect_local_defaults() -> bool:
-    """Safe defaults for Prefect's local API, set only when the user has not set them.
+def _prefect_local_api() -> Any:
+    """With no ``PREFECT_API_URL``, start Prefect's local API for this run (:class:`flows.local_api.LocalAPI`).
+
+    Safe defaults (analytics off, the server settings of :mod:`flows.tuning`) are set only where
+    the user has not set them.
 
     Returns:
-        True when the run uses Prefect's local (ephemeral) API.
+        The started :class:`~flows.local_api.LocalAPI` (stop it at the end), or None when
+        ``PREFECT_API_URL`` names a server.
     """
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if os.environ.get("PREFECT_API_URL"):
-        return False
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+        return None
+    from flows.local_api import LocalAPI
     from flows.tuning import apply_prefect_server_defaults
 
     apply_prefect_server_defaults()
     print(
         "No PREFECT_API_URL set: starting a local Prefect API for this run (takes 10-30 s).", file=sys.stderr
     )
-    return True
+    api = LocalAPI()
+    try:
+        os.environ["PREFECT_API_URL"] = api.start()
+    except RuntimeError as exc:
+        raise CliError(str(exc)) from None
+    return api
 
 
-def _stop_now_on_ctrl_c() -> None:
-    """Local mode: Ctrl-C cancels every prompt, stops the local API and exits 130 at once.
-
-    The terminal's Ctrl-C also reaches Prefect's local API server (same process group), so
-    Prefect's own crash bookkeeping would only retry against a dead server for minutes.
-    Every finished prompt is already on disk (rows are fsynced as they arrive). The signal
-    is taken from a wake-up pipe by a watcher thread, so it acts even while the main thread
-    is blocked inside a library call.
-    """
-    import signal
-    import threading
-
-    import psutil
-
-    from hermes_core.cancel import cancel_running
-
-    def stop() -> None:
-        cancel_running()  # kills the prompts' commands and tears their sandboxes down
-        for child in psutil.Process().children(recursive=True):
-            child.kill()
-        os.write(2, b"\ninterrupted: finished prompts are saved; run again with --resume to continue\n")
-        os._exit(130)
-
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-
-    def watch() -> None:
-        while True:
-            if signal.SIGINT in os.read(read_end, 64):
-                stop()
-
-    signal.signal(
-        signal.SIGINT, lambda signum, frame: None
-    )  # the watcher acts; Python just must not ignore it
-    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    threading.Thread(target=watch, name="ctrl-c-watcher", daemon=True).start()
-
-
-def preflight(config: Any) -> int:
+def preflight(config: Any, api_key: str | None = None) -> int:
     """Checks that need no Prefect and no model: dataset, run folder rules, API key.
 
     Returns:
@@ -253,7 +226,7 @@ def preflight(config: Any) -> int:
             check_run_dir(config.run_dir, config.defining_settings(), resume=config.resume, overwrite=False)
         except RunStateError as exc:
             raise CliError(str(exc)) from None
-    needs_key = not is_mock_model(config.model) and not config.api_key_secret
+    needs_key = not is_mock_model(config.model) and not config.api_key_secret and not api_key
     base = config.base_url or DEFAULT_BASE_URL
     if (
         needs_key
@@ -280,14 +253,40 @@ def run_batch(argv: list[str]) -> int:
 
         print(format_distributions(), end="")
         return 0
-    if args.api_key:
-        os.environ["OPENROUTER_API_KEY"] = (
-            args.api_key
-        )  # reaches the tasks through the environment, never a parameter
     config = config_from_args(args)
-    total = preflight(config)
-    if _prefect_local_defaults():
-        _stop_now_on_ctrl_c()
+    if args.api_key and config.task_runner == "dask":
+        raise CliError(
+            "--api_key cannot reach Dask worker processes (it is never put in the environment): "
+            "set OPENROUTER_API_KEY / OPENAI_API_KEY or use --api_key_secret"
+        )
+    preflight(config, args.api_key)
+    if args.api_key:
+        from tasks.prompt import provide_api_key
+
+        provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
+    api = _prefect_local_api()
+    try:
+        return _run_flow(config)
+    finally:
+        if api is not None:
+            _drain_prefect_workers()
+            api.stop()
+
+
+def _drain_prefect_workers(timeout: float = 5.0) -> None:
+    """Send Prefect's queued logs and events to the API before it stops (else they fail noisily at exit)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        try:
+            worker.drain_all(timeout=timeout)
+        except Exception:  # noqa: BLE001 - best effort: the run's outputs are written already
+            pass
+
+
+def _run_flow(config: Any) -> int:
+    """Run the flow in this process with the live progress display; print the summary; the exit code."""
     if config.verbose:
         import logging
 
@@ -295,10 +294,12 @@ def run_batch(argv: list[str]) -> int:
     from flows.console import LiveProgress, print_summary
     from flows.generate import generate_trajectories
 
-    with LiveProgress(total):
+    with LiveProgress():
         state = generate_trajectories(config=config, return_state=True)
     print_summary(config, state)
-    return 0 if state.is_completed() else 1
+    if state.is_completed():
+        return 0
+    return 130 if state.is_cancelled() else 1
 
 
 def run_agent(argv: list[str]) -> int:

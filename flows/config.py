@@ -72,6 +72,10 @@ class BatchConfig(BaseModel):
     )
     # ours
     prompt_timeout: float | None = Field(default=None, gt=0, description="Wall-clock seconds per prompt.")
+    retry_timeouts: bool = Field(
+        default=False,
+        description="Retry (as a transient failure) a prompt that ran past --prompt_timeout; it pays again.",
+    )
     overwrite: bool = Field(default=False, description="Delete an existing run's outputs and start again.")
     skip_invalid: bool = Field(default=False, description="Skip invalid dataset lines with a warning.")
     terminal_env: Literal["local", "docker", "singularity", "modal"] | None = Field(

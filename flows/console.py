@@ -25,8 +25,7 @@ _console = Console(stderr=True)
 class LiveProgress:
     """Context manager showing prompts done / total, failed, discarded, rate and ETA while the flow runs."""
 
-    def __init__(self, total: int):
-        self.total = total
+    def __init__(self) -> None:
         self._progress = Progress(
             TextColumn("[bold]prompts"),
             BarColumn(),
@@ -58,13 +57,20 @@ class LiveProgress:
 
 
 def print_summary(config: Any, state: Any) -> None:
-    """Print the reference's summary: tool usage by count, reasoning coverage, discards, failures, duration, output."""
+    """Print the reference's summary: tool usage by count, reasoning coverage, discards, failures, duration, output.
+
+    Only statistics written by this flow run (``statistics.json``'s ``flow_run_id``) are shown; a
+    stopped or crashed run prints its state's message instead.
+    """
     out = Console()
-    stats_path = config.run_dir / "statistics.json"
-    if not stats_path.exists():
-        out.print(f"[red]run failed before writing statistics:[/red] {state.message}")
+    if state.is_cancelled():
+        _console.print(f"[yellow]{state.message}[/yellow]", soft_wrap=True)
         return
-    stats: dict[str, Any] = json.loads(stats_path.read_text(encoding="utf-8"))
+    stats_path = config.run_dir / "statistics.json"
+    stats: dict[str, Any] = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.exists() else {}
+    if stats.get("flow_run_id") != str(state.state_details.flow_run_id):  # absent, or an older invocation's
+        out.print(f"[red]the run ended before writing its statistics:[/red] {state.message}")
+        return
     table = Table(title=f"Tool usage - run {config.run_name}")
     for column in ("tool", "calls", "success", "failure", "success %"):
         table.add_column(column, justify="left" if column == "tool" else "right")

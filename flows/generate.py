@@ -5,7 +5,8 @@ at once in a sliding window (a finished prompt makes room for the next: no
 batch waits for its slowest prompt). Results come back to this flow, which is
 the ledger's only writer. A retried flow run (the Prefect UI's Retry) continues
 the same run: finished prompts are skipped by the ledger or come from the task
-cache, failed ones run again.
+cache, failed ones run again. Ctrl-C, SIGTERM and a Cancel in Prefect stop it the
+same way (:mod:`flows.stopping`): it records what finished and ends Cancelled.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
-from prefect.states import Completed, Failed, State
+from prefect.states import Cancelled, Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.config import BatchConfig
 from flows.progress import RunProgress, artifact_key
+from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
-from hermes_core.cancel import cancel_running
+from hermes_core.exceptions import PromptCancelled
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
@@ -34,7 +36,7 @@ from tasks.dataset import Dataset, read_dataset
 from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
-from tasks.prompt import run_prompt_task
+from tasks.prompt import retry_condition, run_prompt_task
 from tasks.run_setup import check_run_dir, finish_invocation, jobs_of, start_invocation
 
 
@@ -57,7 +59,7 @@ def merge_task(run_dir: Path, index_of: dict[str, int]):
 
 @task(name="compute-statistics", persist_result=False)
 def statistics_task(
-    config: BatchConfig, merge, total_prompts: int, duration: float, failed: list[str]
+    config: BatchConfig, merge, index_of: dict[str, int], duration: float, failed: list[str]
 ) -> dict:
     """Statistics of the whole run, written to statistics.json."""
     stats = compute_statistics(
@@ -67,10 +69,11 @@ def statistics_task(
         distribution=config.distribution,
         model=config.model,
         batch_size=config.batch_size,
-        total_prompts=total_prompts,
+        index_of=index_of,
         duration_seconds=duration,
         failed_prompt_ids=failed,
         valid_tools=ALL_POSSIBLE_TOOLS,
+        flow_run_id=str(flow_run.id) if flow_run.id else None,
     )
     write_json_atomic(config.run_dir / "statistics.json", stats)
     return stats
@@ -84,8 +87,10 @@ def statistics_task(
 def generate_trajectories(config: BatchConfig) -> State:
     """Run every prompt of ``config.dataset_file`` through the agent and write the run folder.
 
-    Ends Completed, or Failed (after every output is written) when prompts failed;
-    the message gives the count and says that a retry re-attempts only those.
+    Ends Completed; Failed (after every output is written) when prompts failed, with a
+    message that gives the count and says that a retry re-attempts only those; Cancelled
+    when it was stopped (Ctrl-C, SIGTERM, Cancel in Prefect): finished prompts are on disk,
+    the merge and statistics are left to the next invocation.
     """
     logger = get_run_logger()
     started = time.monotonic()
@@ -95,7 +100,7 @@ def generate_trajectories(config: BatchConfig) -> State:
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
     resume = config.resume or retried
     run_dir = config.run_dir
-    with RunLock(run_dir):
+    with RunStop(flow_run.id) as stop, RunLock(run_dir):
         check_run_dir(
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
         )
@@ -121,14 +126,30 @@ def generate_trajectories(config: BatchConfig) -> State:
             config.run_name, len(jobs), done_before, len(pending), config.num_workers,
         )  # fmt: skip
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before).open()
-        failed = image_failed + _run_prompts(config, pending, ledger, progress)
+        failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id)
         ledger.write_checkpoint()
         ledger.close()
+        if stop.requested:
+            duration = time.monotonic() - started
+            finish_invocation(
+                info,
+                duration_s=round(duration, 3),
+                ran=progress.done,
+                failed=len(failed),
+                stopped=stop.reason,
+            )
+            finished_now = len(ledger.finished & index_of.keys())
+            message = (
+                f"stopped ({stop.reason}): {progress.done} prompts finished in this flow run, "
+                f"{finished_now} of {len(jobs)} in the run; run it again with --resume to continue"
+            )
+            logger.warning("%s", message)
+            return Cancelled(message=message)
 
         merge = merge_task(run_dir, index_of)
         duration = time.monotonic() - started
         finish_invocation(info, duration_s=round(duration, 3), ran=len(pending), failed=len(failed))
-        stats = statistics_task(config, merge, len(jobs), info.total_duration, failed)
+        stats = statistics_task(config, merge, index_of, info.total_duration, failed)
         _publish(config, stats)
 
     if failed:
@@ -178,7 +199,12 @@ def prompt_task_runner(config: BatchConfig):
 
 
 def _run_prompts(
-    config: BatchConfig, pending: list[PromptJob], ledger: RunLedger, progress: RunProgress
+    config: BatchConfig,
+    pending: list[PromptJob],
+    ledger: RunLedger,
+    progress: RunProgress,
+    stop: RunStop,
+    run_id: str,
 ) -> list[str]:
     """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives. Returns failed ids.
 
@@ -187,22 +213,34 @@ def _run_prompts(
     outcome and submit (bench/ANALYSIS.md); the pool's size still bounds the prompts running.
     A Dask cluster may have more threads than ``num_workers``: it gets exactly ``num_workers``.
     """
+    if stop.requested:
+        return []
     runner = prompt_task_runner(config)
     queued = 0 if config.task_runner == "dask" else config.num_workers
     with runner:
-        return _sliding_window(config, pending, ledger, progress, runner, config.num_workers + queued)
+        window = config.num_workers + queued
+        return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id)
 
 
-def _sliding_window(config, pending, ledger, progress, runner, window: int) -> list[str]:
-    task = run_prompt_task.with_options(retries=config.retries, result_storage=result_storage(config))
-    spec = config.run_spec()
+STOP_DRAIN_SECONDS = 10.0
+"""After a stop, how long the flow waits for running prompts to end (they are cancelled: seconds)."""
+
+
+def _sliding_window(config, pending, ledger, progress, stop, runner, window: int, run_id: str) -> list[str]:
+    task = run_prompt_task.with_options(
+        retries=config.retries,
+        result_storage=result_storage(config),
+        retry_condition_fn=retry_condition(retry_timeouts=config.retry_timeouts),
+    )
+    spec = config.run_spec().model_copy(update={"run_id": run_id})
     done: queue.SimpleQueue = queue.SimpleQueue()
     queued = iter(sorted(pending, key=lambda j: j.prompt_index))
     in_flight = 0
     failed: list[str] = []
+    give_up_at: float | None = None
 
     def submit_next() -> bool:
-        job = next(queued, None)
+        job = None if stop.requested else next(queued, None)
         if job is None:
             return False
         parameters = {"job": job, "spec": spec, "api_key_secret": config.api_key_secret}
@@ -213,38 +251,54 @@ def _sliding_window(config, pending, ledger, progress, runner, window: int) -> l
     while in_flight < window and submit_next():
         in_flight += 1
     while in_flight:
-        job, future = _next_done(done)
+        stop.poll()
+        if stop.requested and give_up_at is None:
+            give_up_at = time.monotonic() + STOP_DRAIN_SECONDS
+        if give_up_at is not None and time.monotonic() > give_up_at:
+            break  # prompts still running are cancelled; none of them writes to the ledger
+        try:
+            job, future = done.get(timeout=0.5)
+        except queue.Empty:
+            continue
         in_flight -= 1
         future.wait()  # the final state travels with the future (the API may still say Pending)
-        state = future.state
-        outcome: PromptOutcome | None = None
-        if state.is_completed():
-            outcome = state.result()
-            if outcome.status == "completed":
-                ledger.record_row(job.prompt_id, outcome.row)
-            else:
-                ledger.record_discard(
-                    job.prompt_id,
-                    {
-                        "prompt_index": job.prompt_index,
-                        "assistant_turns": outcome.assistant_turns,
-                        "usage": outcome.usage,
-                    },
-                )
-            progress.record("completed" if outcome.status == "completed" else "discarded")
-        else:
-            exc = state.result(raise_on_failure=False)
-            error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
-            message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
-            ledger.record_failure(
-                job.prompt_id, job.prompt_index, error_type, message, attempts=config.retries + 1
-            )
-            failed.append(job.prompt_id)
-            progress.record("failed")
+        outcome = _record(job, future.state, ledger, progress, failed)
         _forget(runner, future, outcome)
         if submit_next():
             in_flight += 1
     return failed
+
+
+def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgress, failed: list[str]):
+    """Write one prompt's outcome to the ledger; returns the PromptOutcome (None when it failed).
+
+    A prompt cancelled by a stop is not a failure: it stays pending for the next invocation.
+    """
+    if state.is_completed():
+        outcome: PromptOutcome = state.result()
+        if outcome.status == "completed":
+            ledger.record_row(job.prompt_id, outcome.row)
+        else:
+            ledger.record_discard(
+                job.prompt_id,
+                {
+                    "prompt_index": job.prompt_index,
+                    "assistant_turns": outcome.assistant_turns,
+                    "usage": outcome.usage,
+                },
+            )
+        progress.record("completed" if outcome.status == "completed" else "discarded")
+        return outcome
+    exc = state.result(raise_on_failure=False)
+    if isinstance(exc, PromptCancelled) or state.is_cancelled():
+        return None
+    error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
+    message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
+    attempts = getattr(exc, "attempts", None) or 1
+    ledger.record_failure(job.prompt_id, job.prompt_index, error_type, message, attempts=attempts)
+    failed.append(job.prompt_id)
+    progress.record("failed")
+    return None
 
 
 def _forget(runner, future, outcome: PromptOutcome | None) -> None:
@@ -267,22 +321,6 @@ def _forget(runner, future, outcome: PromptOutcome | None) -> None:
     events = getattr(runner, "_cancel_events", None)
     if isinstance(events, dict):
         events.pop(future.task_run_id, None)
-
-
-def _next_done(done: queue.SimpleQueue):
-    """The next finished (job, future); on Ctrl-C every running prompt is cancelled first.
-
-    Waits in short slices so that the interrupt is seen at once; cancelling kills the
-    prompts' commands and sandboxes, so the task runner's shutdown does not wait for them.
-    """
-    while True:
-        try:
-            return done.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        except KeyboardInterrupt:
-            cancel_running()
-            raise
 
 
 def _publish(config: BatchConfig, stats: dict[str, Any]) -> None:

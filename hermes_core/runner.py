@@ -45,6 +45,9 @@ class RunSpec(BaseModel):
     """How every prompt of a run is executed (no secret here: the API key comes from settings)."""
 
     run_name: str = ""
+    run_id: str = Field(
+        default="", description="Identity of the run folder (run.json): container labels, the task cache key."
+    )
     distribution: str = "default"
     seed: int = Field(default=0, description="Seed of the per-prompt toolset draw.")
     model: ModelOptions
@@ -128,6 +131,7 @@ def run_prompt(
         image=job.image,
         settings=settings,
         run_name=spec.run_name,
+        run_id=spec.run_id,
         prompt_id=job.prompt_id,
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None

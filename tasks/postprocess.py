@@ -177,16 +177,18 @@ def compute_statistics(
     distribution: str,
     model: str,
     batch_size: int,
-    total_prompts: int,
+    index_of: Mapping[str, int],
     duration_seconds: float,
     failed_prompt_ids: Collection[str],
     valid_tools: Collection[str],
+    flow_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Statistics of the whole run, from the merged file and the discard tombstones.
 
     Reads ``merge.path`` with polars (streaming; only ``tool_stats``, ``metadata.usage`` and
     ``metadata.reasoning`` are decoded) and ``run_dir/discarded.jsonl`` (one tombstone per
-    prompt_id; a torn line is skipped).
+    prompt_id of the current dataset, ``index_of``, like the merged rows; a torn line is skipped).
+    ``total_prompts`` is ``len(index_of)``.
 
     Returns:
         A dict with keys in this order: ``run_name, distribution, total_prompts, total_batches``
@@ -200,7 +202,8 @@ def compute_statistics(
         ``tokens {prompt, completion, reasoning, total}`` and ``cost_usd``. Tokens and cost sum
         the rows' and the tombstones' ``usage`` (tokens spent on discarded samples were paid
         for); ``total`` = prompt + completion (reasoning tokens are part of completion tokens);
-        ``cost_usd`` is None when no row or tombstone reports a cost.
+        ``cost_usd`` is None when no row or tombstone reports a cost; ``flow_run_id`` names the
+        flow run that wrote the file (so a reader can tell a stale file from this run's).
 
     Raises:
         OSError: a file cannot be read.
@@ -209,7 +212,7 @@ def compute_statistics(
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
     sums = _row_sums(Path(merge.path), tools)
-    tomb = _tombstone_sums(run_dir / "discarded.jsonl")
+    tomb = _tombstone_sums(run_dir / "discarded.jsonl", index_of)
 
     tool_statistics = {}
     for tool in tools:
@@ -229,7 +232,7 @@ def compute_statistics(
     return {
         "run_name": run_name,
         "distribution": distribution,
-        "total_prompts": total_prompts,
+        "total_prompts": len(index_of),
         "total_batches": len(batch_files(run_dir)),
         "batch_size": batch_size,
         "model": model,
@@ -253,6 +256,7 @@ def compute_statistics(
             "total": prompt_tokens + completion_tokens,
         },
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
+        "flow_run_id": flow_run_id,
     }
 
 
@@ -331,8 +335,8 @@ def _line_chunks(path: Path, size: int | None = None) -> Iterator[bytes]:
             yield rest
 
 
-def _tombstone_sums(path: Path) -> dict[str, Any]:
-    """Count the tombstones of ``discarded.jsonl`` (first per prompt_id) and sum their turns and usage."""
+def _tombstone_sums(path: Path, index_of: Mapping[str, int]) -> dict[str, Any]:
+    """Count the tombstones of ``discarded.jsonl`` (first per prompt_id of ``index_of``) and sum their turns and usage."""
     sums: dict[str, Any] = {
         "count": 0,
         "assistant_turns": 0,
@@ -350,10 +354,9 @@ def _tombstone_sums(path: Path) -> dict[str, Any]:
                 log.warning("%s line %d is not a JSON object; skipped", path, line_no)
             continue
         prompt_id = tomb.get("prompt_id")
-        if isinstance(prompt_id, str):
-            if prompt_id in seen:
-                continue
-            seen.add(prompt_id)
+        if not isinstance(prompt_id, str) or prompt_id not in index_of or prompt_id in seen:
+            continue
+        seen.add(prompt_id)
         sums["count"] += 1
         sums["assistant_turns"] += _int(tomb.get("assistant_turns"))
         usage = tomb.get("usage") if isinstance(tomb.get("usage"), dict) else {}

@@ -1,48 +1,84 @@
 """The per-prompt Prefect task: one call into hermes_core, policy in the decorator.
 
-Caching: the key is the prompt's identity (record content + occurrence + the
-run's defining settings), results are persisted, so a new flow run of the same
-run or a retried flow run returns finished prompts from the cache instead of
-calling the model. Failed prompts are never cached (Prefect caches only
-Completed states). Transient failures (429/5xx/timeouts after the client's own
-retries, a broken sandbox) are retried by Prefect's task retries.
+Caching: the key is the run folder's identity (``spec.run_id``, a random id kept in run.json
+and made anew by ``--overwrite``) plus the prompt's identity (record content + occurrence +
+the run's defining settings). Results are persisted, so a new flow run of the same run or a
+retried flow run returns finished prompts from the cache instead of calling the model, and a
+run started again with ``--overwrite`` (or any other run folder) never gets an old result,
+even when ``--result_storage`` is shared. Failed prompts are never cached (Prefect caches only
+Completed states). Transient failures (429/5xx/timeouts after the client's own retries, a
+broken sandbox) are retried by Prefect's task retries; a prompt that ran out of its
+``--prompt_timeout`` is retried only with ``--retry_timeouts`` (it would pay twice).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from functools import lru_cache
 
 from prefect import task
 from prefect.runtime import task_run
 from prefect.serializers import CompressedSerializer
+from pydantic import SecretStr
 
 from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError
+from hermes_core.redaction import register_secret
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
 
 CACHE_KEY_PREFIX = "hermes-prompt-"
 
+_provided_key: SecretStr | None = None
+
+
+def provide_api_key(key: str) -> None:
+    """Use ``key`` as the model API key of the prompts run in this process (``--api_key``).
+
+    It is kept in memory only: never a Prefect parameter, never put in the environment (where a
+    sandbox command or a child process could read it), and registered for redaction.
+    """
+    global _provided_key
+    _provided_key = SecretStr(key)
+    register_secret(key)
+    _settings.cache_clear()
+
 
 def prompt_cache_key(context, parameters: dict) -> str:
-    """Cache key of a prompt task: its identity (the spec and secret name are not hashed)."""
-    return CACHE_KEY_PREFIX + parameters["job"].prompt_id
+    """Cache key of a prompt task: sha256 of (run folder identity, prompt identity), 32 hex chars."""
+    identity = f"{parameters['spec'].run_id}|{parameters['job'].prompt_id}"
+    return CACHE_KEY_PREFIX + hashlib.sha256(identity.encode()).hexdigest()[:32]
 
 
-def is_transient(task, task_run, state) -> bool:
-    """Retry condition: retry only errors a later attempt may not see again."""
-    exc = state.result(raise_on_failure=False)
-    if isinstance(exc, ModelError):
-        return exc.retryable
-    return isinstance(exc, SandboxError | PromptTimeout | OSError)
+def retry_condition(*, retry_timeouts: bool = False) -> Callable[..., bool]:
+    """The task's retry condition: retry only errors a later attempt may not see again.
+
+    Args:
+        retry_timeouts: also retry a prompt that ran past its ``--prompt_timeout``.
+    """
+
+    def is_transient(task, task_run, state) -> bool:
+        exc = state.result(raise_on_failure=False)
+        if isinstance(exc, ModelError):
+            return exc.retryable
+        if isinstance(exc, PromptTimeout):
+            return retry_timeouts
+        return isinstance(exc, SandboxError | OSError)
+
+    return is_transient
 
 
 @lru_cache(maxsize=8)
 def _settings(api_key_secret: str | None) -> HermesSettings:
-    if not api_key_secret:
-        return HermesSettings()
-    from prefect.blocks.system import Secret
+    if api_key_secret:
+        from prefect.blocks.system import Secret
 
-    return HermesSettings(api_key=Secret.load(api_key_secret).get())
+        key = Secret.load(api_key_secret).get()
+        register_secret(key)
+        return HermesSettings(api_key=key)
+    if _provided_key is not None:
+        return HermesSettings(api_key=_provided_key)
+    return HermesSettings()
 
 
 @task(
@@ -55,8 +91,17 @@ def _settings(api_key_secret: str | None) -> HermesSettings:
     result_serializer=CompressedSerializer(serializer="pickle", compressionlib="zlib"),
     retries=1,
     retry_delay_seconds=[2, 10, 30],
-    retry_condition_fn=is_transient,
+    retry_condition_fn=retry_condition(),
 )
 def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = None) -> PromptOutcome:
-    """Run one prompt (see :func:`hermes_core.runner.run_prompt`); raise on failure."""
-    return run_prompt(job, spec, _settings(api_key_secret), attempt=task_run.run_count or 1)
+    """Run one prompt (see :func:`hermes_core.runner.run_prompt`); raise on failure.
+
+    The exception of a failed attempt carries ``attempts`` (this attempt's number), so the
+    ledger records how many attempts really ran.
+    """
+    attempt = task_run.run_count or 1
+    try:
+        return run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
+    except Exception as exc:
+        exc.attempts = attempt
+        raise

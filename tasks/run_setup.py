@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,15 @@ class RunInfo:
     data: dict[str, Any]
 
     @property
+    def run_id(self) -> str:
+        """The run folder's identity: a random id made when the folder's run starts (again on
+        ``--overwrite``). It labels the run's containers and keys its task cache, so a new run never
+        reaps another run's containers or gets an old run's cached results."""
+        return self.data["run_id"]
+
+    @property
     def total_duration(self) -> float:
-        """Seconds spent over every finished invocation of the run."""
+        """Seconds spent over every invocation of the run (a killed one up to its last finished prompt)."""
         return sum(inv.get("duration_s", 0.0) for inv in self.data.get("invocations", []))
 
 
@@ -111,9 +120,15 @@ def start_invocation(
     dataset: Dataset,
     flow_run_id: str | None,
 ) -> RunInfo:
-    """Record the start of an invocation in run.json (created on first use) and return it."""
+    """Record the start of an invocation in run.json (created on first use) and return it.
+
+    An earlier invocation that never finished (killed) gets its duration from the ledger: from its
+    start to the last row, tombstone or failure it wrote.
+    """
     info = read_run_info(run_dir)
     data = info.data if info else {"run_name": run_name, "created_at": now_iso(), "invocations": []}
+    data.setdefault("run_id", uuid.uuid4().hex)
+    _close_killed_invocations(run_dir, data["invocations"])
     data.update(
         defining=defining,
         settings_hash=settings_hash,
@@ -122,6 +137,46 @@ def start_invocation(
     data["invocations"].append({"started_at": now_iso(), "flow_run_id": flow_run_id})
     write_json_atomic(run_dir / RUN_FILE, data)
     return RunInfo(run_dir / RUN_FILE, data)
+
+
+def _close_killed_invocations(run_dir: Path, invocations: list[dict[str, Any]]) -> None:
+    """Give every invocation without ``finished_at`` a ``duration_s`` from the ledger's timestamps."""
+    if not invocations:
+        return
+    ends = [inv.get("started_at") for inv in invocations[1:]] + [now_iso()]
+    for inv, next_start in zip(invocations, ends, strict=True):
+        if "finished_at" in inv or "duration_s" in inv or not inv.get("started_at"):
+            continue
+        start, stop = _parse(inv["started_at"]), _parse(next_start)
+        last = last_activity(run_dir, start, stop)
+        inv.update(duration_s=round((last - start).total_seconds(), 3) if last else 0.0, killed=True)
+
+
+def last_activity(run_dir: Path, start: datetime, stop: datetime) -> datetime | None:
+    """The latest time in [start, stop) at which the ledger wrote something (None: nothing).
+
+    Batch files are written by one invocation only, so their modification time is its last row;
+    tombstones and failures carry their own ``time``.
+    """
+    times = []
+    for path in run_dir.iterdir():
+        if BATCH_RE.match(path.name):
+            times.append(datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(tzinfo=None))
+    for name in ("discarded.jsonl", "failures.jsonl"):
+        path = run_dir / name
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    times.append(_parse(json.loads(line)["time"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    inside = [t for t in times if start <= t < stop]
+    return max(inside) if inside else None
+
+
+def _parse(stamp: str) -> datetime:
+    """A ledger timestamp (UTC, ISO-8601 to the second, no offset)."""
+    return datetime.fromisoformat(stamp).replace(tzinfo=None)
 
 
 def finish_invocation(info: RunInfo, **facts: Any) -> None:

@@ -371,3 +371,70 @@ def test_retry_clicked_in_the_real_ui(stack, mock_server, tmp_path):
     after = [_requests(mock_server, p) for p in prompts]
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 3, 0, 0]
     assert (artifacts / "ui-retry.png").stat().st_size > 10_000
+
+
+def _holders(hold: Path) -> list[int]:
+    """Pids of live processes whose command line waits on the ``hold`` file."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.info["cmdline"] and any(str(hold) in part for part in proc.info["cmdline"]):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)  # the worker's cancel path does not depend on it
+def test_cancel_like_the_ui_stops_every_prompt_and_a_resume_completes(stack, mock_server, tmp_path):
+    hold = tmp_path / "hold"
+    hold.write_text("x")
+    quick = [f"cancel quick prompt {i} ({stack.port})" for i in range(2)]
+    held = [
+        f"[mock:command=while test -f {hold}; do sleep 0.2; done] cancel held {i} ({stack.port})"
+        for i in range(4)
+    ]
+    config = {
+        "dataset_file": _dataset(tmp_path / "c.jsonl", quick + held),
+        "batch_size": 2,
+        "run_name": "cancelled",
+        "model": "mock/scripted",
+        "base_url": mock_server.base_url,
+        "distribution": "terminal_only",
+        "output_dir": str(tmp_path / "data"),
+        "num_workers": 4,
+    }
+    run_dir = tmp_path / "data" / "cancelled"
+    flow_run_id = stack.run_deployment("generate", config)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and (
+        len(_holders(hold)) < 4 or not (run_dir / "batch_0.jsonl").exists()
+    ):
+        time.sleep(0.3)
+    assert len(_holders(hold)) >= 4, "the held prompts never started"
+    rows_before = _rows(run_dir / "batch_0.jsonl")
+
+    started = time.monotonic()
+    reply = _api(
+        "POST",
+        f"{stack.api}/flow_runs/{flow_run_id}/set_state",
+        json={"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True},
+    )  # what the UI's Cancel sends
+    assert reply.status_code in (200, 201), reply.text
+    run = stack.wait(flow_run_id, timeout=60)
+    cancelled_in = time.monotonic() - started
+    assert run["state"]["type"] == "CANCELLED" and cancelled_in < 15, (run["state"], cancelled_in)
+    time.sleep(0.5)
+    assert _holders(hold) == []  # every sandbox command is gone
+    assert _rows(run_dir / "batch_0.jsonl") == rows_before
+    print(f"cancel -> Cancelled in {cancelled_in:.1f} s, 0 leftover processes")
+
+    hold.unlink()
+    resumed = stack.wait(stack.run_deployment("generate", {**config, "resume": True}))
+    assert resumed["state"]["type"] == "COMPLETED", resumed["state"]
+    rows = _rows(run_dir / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in rows] == quick + held
+    assert [_requests(mock_server, p) for p in quick] == [3, 3]

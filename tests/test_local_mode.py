@@ -101,7 +101,7 @@ def test_ctrl_c_stops_at_once_and_leaves_nothing_running(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and time.monotonic() - started < 10
-    assert "run again with --resume" in stderr
+    assert "stopped (SIGINT)" in stderr and "--resume to continue" in stderr
     time.sleep(0.5)
     assert sleepers() == []
     assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []

@@ -199,9 +199,13 @@ def _stat_run(tmp_path: Path) -> tuple[Path, MergeResult]:
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "reasoning_tokens": 0, "cost": None},
         },
         {"prompt_id": "d1", **tomb, "usage": tomb_usage},  # duplicate tombstone: counted once
+        {"prompt_id": "gone", **tomb, "usage": tomb_usage},  # not in the current dataset: not counted
         b'{"prompt_id": "d3", "assis',  # torn
     )
     return run, merge_trajectories(run, index_of=None, valid_tools=TOOLS)
+
+
+DATASET_OF_TEN = {pid: i for i, pid in enumerate(["p0", "p1", "p2", "p3", "d1", "d2", "d3", "f1", "f2", "x"])}
 
 
 def test_statistics_exact_numbers(tmp_path):
@@ -214,10 +218,11 @@ def test_statistics_exact_numbers(tmp_path):
         distribution="default",
         model="mock/m",
         batch_size=2,
-        total_prompts=10,
+        index_of=DATASET_OF_TEN,
         duration_seconds=12.3456,
         failed_prompt_ids=["f1", "f2"],
         valid_tools=["web_search", "terminal", "read_file", "vision_analyze"],
+        flow_run_id="fr-1",
     )
     completed_at = stats.pop("completed_at")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", completed_at)
@@ -270,13 +275,14 @@ def test_statistics_exact_numbers(tmp_path):
         # rows 100+50+7 and 40+5+3, tombstones 20+1 and 6+1
         "tokens": {"prompt": 178, "completion": 55, "reasoning": 11, "total": 233},
         "cost_usd": 0.875,
+        "flow_run_id": "fr-1",
     }
     keys = list(compute_statistics(run, merge=merge, run_name="r", distribution="d", model="m", batch_size=1,
-                                   total_prompts=0, duration_seconds=0, failed_prompt_ids=[], valid_tools=TOOLS))  # fmt: skip
+                                   index_of={}, duration_seconds=0, failed_prompt_ids=[], valid_tools=TOOLS))  # fmt: skip
     assert keys == [
         "run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model", "completed_at",
         "duration_seconds", "tool_statistics", "reasoning_statistics", "discarded_no_reasoning", "completed",
-        "failed", "filtered_hallucinated", "tokens", "cost_usd",
+        "failed", "filtered_hallucinated", "tokens", "cost_usd", "flow_run_id",
     ]  # fmt: skip
 
 
@@ -284,7 +290,7 @@ def test_statistics_cost_null_and_empty_run(tmp_path):
     run = tmp_path / "run"
     _write(run, "batch_0.jsonl", _row(0, "a", reasoning=(3, 2)), _row(1, "b", reasoning=(0, 0)))
     merge = merge_trajectories(run, index_of=None, valid_tools=TOOLS)
-    args = dict(run_name="r", distribution="d", model="m", batch_size=5, total_prompts=2, duration_seconds=1,
+    args = dict(run_name="r", distribution="d", model="m", batch_size=5, index_of={"a": 0, "b": 1}, duration_seconds=1,
                 failed_prompt_ids=set(), valid_tools=TOOLS)  # fmt: skip
     stats = compute_statistics(run, merge=merge, **args)
     assert stats["cost_usd"] is None
@@ -323,7 +329,7 @@ def test_statistics_rows_missing_optional_fields(tmp_path):
     )
     merge = merge_trajectories(run, index_of=None, valid_tools=TOOLS)
     stats = compute_statistics(run, merge=merge, run_name="r", distribution="d", model="m", batch_size=1,
-                               total_prompts=2, duration_seconds=0, failed_prompt_ids=[], valid_tools=TOOLS)  # fmt: skip
+                               index_of={"x": 0, "y": 1}, duration_seconds=0, failed_prompt_ids=[], valid_tools=TOOLS)  # fmt: skip
     assert stats["completed"] == 2
     assert stats["tool_statistics"]["terminal"]["success_rate"] == 50.0
     assert stats["tokens"] == {"prompt": 3, "completion": 2, "reasoning": 0, "total": 5}

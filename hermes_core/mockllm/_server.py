@@ -57,8 +57,9 @@ _LOG_LOCK = threading.Lock()
 class _State:
     """Per-app counters, stats and the optional request log; safe across threads."""
 
-    def __init__(self, request_log: str | None) -> None:
+    def __init__(self, request_log: str | None, log_bodies: bool = False) -> None:
         self.request_log = request_log
+        self.log_bodies = log_bodies
         self._lock = threading.Lock()
         self._by_conversation: dict[str, int] = {}
         self._by_status: Counter[str] = Counter()
@@ -87,8 +88,8 @@ class _State:
             self._by_conversation[key] = n + 1
             return n
 
-    def answered(self, key: str, model: Any, status: int, turn: int) -> None:
-        """Count the answer's status and append the request-log line (flushed)."""
+    def answered(self, key: str, model: Any, status: int, turn: int, body: Any = None) -> None:
+        """Count the answer's status and append the request-log line (flushed; with the body when asked)."""
         with self._lock:
             self._by_status[str(status)] += 1
         if self.request_log:
@@ -99,6 +100,8 @@ class _State:
                 "status": status,
                 "turn": turn,
             }
+            if self.log_bodies:
+                line["body"] = body
             with _LOG_LOCK, open(self.request_log, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(line, ensure_ascii=False) + "\n")
                 fh.flush()
@@ -193,7 +196,7 @@ async def _answer(state: _State, body: Any) -> tuple[JSONResponse, str, Any, int
     return JSONResponse(completion(body, options, key, n, model)), key, model, turn
 
 
-def create_app(request_log: str | None = None) -> FastAPI:
+def create_app(request_log: str | None = None, log_bodies: bool = False) -> FastAPI:
     """A new mock-model app with its own counters.
 
     Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``
@@ -204,9 +207,10 @@ def create_app(request_log: str | None = None) -> FastAPI:
     Args:
         request_log: file that gets one JSON line per chat-completions request
             (``time, conversation, model, status, turn``), appended and flushed.
+        log_bodies: also write each request's decoded JSON body (``body``) into the log.
     """
     app = FastAPI(title="hermes mock model (test double)", docs_url=None, redoc_url=None, openapi_url=None)
-    state = _State(request_log)
+    state = _State(request_log, log_bodies)
     app.state.mock = state
 
     @app.post("/v1/chat/completions")
@@ -220,7 +224,7 @@ def create_app(request_log: str | None = None) -> FastAPI:
             response, key, model, turn = await _answer(state, body)
         finally:
             state.closed()
-        state.answered(key, model, response.status_code, turn)
+        state.answered(key, model, response.status_code, turn, body)
         return response
 
     @app.get("/v1/models")
@@ -271,10 +275,12 @@ class MockServer:
         port: the bound port (known after :meth:`start`; ``port=0`` picks a free one).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, request_log: str | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, request_log: str | None = None, log_bodies: bool = False
+    ) -> None:
         self.host = host
         self.port = port
-        self.app = create_app(request_log=request_log)
+        self.app = create_app(request_log=request_log, log_bodies=log_bodies)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 

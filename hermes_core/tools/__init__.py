@@ -8,6 +8,7 @@ tools offered to one prompt (:func:`offered_tools`).
 
 from __future__ import annotations
 
+from hermes_core.exceptions import ConfigError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import browser, file, image_gen, moa, terminal, vision, web  # noqa: F401 - registration
 from hermes_core.tools._registry import REGISTRY, Tool, ToolContext, tool
@@ -31,13 +32,13 @@ def offered_tools(
         their backend is not configured).
 
     Raises:
-        KeyError: a toolset name that does not exist.
+        ConfigError: a toolset name that does not exist (the message lists the toolsets).
     """
     tools: list[Tool] = []
     unavailable: dict[str, str] = {}
     for toolset in toolsets:
         if toolset not in TOOLSETS:
-            raise KeyError(f"unknown toolset {toolset!r}; choose from {', '.join(sorted(TOOLSETS))}")
+            raise ConfigError(f"unknown toolset {toolset!r}; choose from {', '.join(sorted(TOOLSETS))}")
         for name in TOOLSETS[toolset]:
             reason = REGISTRY[name].unavailable_reason(settings)
             if reason is None:

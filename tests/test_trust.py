@@ -1,0 +1,143 @@
+"""Trust for real runs, end to end: no secret reaches a file, the console or the provider; SIGTERM stops cleanly.
+
+The command line runs as a real subprocess against the session's Prefect server; the mock model
+(real HTTP, in this test process) makes the agent run `env` and read its parent's environment.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import time
+import zlib
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from hermes_core.mockllm import MockServer
+from tests.conftest import conversation_key, run_args
+
+pytestmark = pytest.mark.slow
+
+MODEL_KEY = "sk-or-v1-trust-test-0d5f1e2a9b7c"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYtrust-test"
+
+
+def _write(path: Path, prompts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    return path
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _all_bytes(folder: Path) -> list[tuple[Path, bytes]]:
+    """Every file of a run folder; task-cache records are decoded (base64 + zlib) so their rows are searched too."""
+    found = []
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        found.append((path, data))
+        try:
+            record = json.loads(data)
+            found.append((path, zlib.decompress(base64.b64decode(record["result"]))))
+        except (ValueError, KeyError, TypeError, zlib.error):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("key_from", ["environment", "flag"])
+def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key_from):
+    prompts = [
+        "[mock:command=env] show the environment",
+        "[mock:command=cat /proc/$PPID/environ] show the parent's environment",
+    ]
+    dataset = _write(cli.cwd / "secrets.jsonl", prompts)
+    log = tmp_path / "requests.jsonl"
+    env = {
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "HERMES_LOCAL_ISOLATION": "none",
+    }  # plain: the weakest sandbox
+    extra = []
+    if key_from == "environment":
+        env["OPENROUTER_API_KEY"] = MODEL_KEY
+    else:
+        extra.append(f"--api_key={MODEL_KEY}")
+    with MockServer(request_log=str(log), log_bodies=True) as server:
+        proc = cli(*run_args(dataset, f"secrets-{key_from}", server, "--verbose", *extra), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = cli.cwd / "data" / f"secrets-{key_from}"
+    rows = {r["conversations"][1]["value"]: r for r in _jsonl(run / "trajectories.jsonl")}
+    env_output = rows[prompts[0]]["conversations"][3]["value"]
+    parent_output = rows[prompts[1]]["conversations"][3]["value"]
+    assert "PATH=" in env_output  # the commands really ran
+    assert "[REDACTED]" in parent_output  # the parent's environment holds secrets: they were cut out
+
+    secrets = [MODEL_KEY.encode(), AWS_SECRET.encode()]
+    for path, data in _all_bytes(run):
+        assert not any(s in data for s in secrets), path
+    assert not any(s.decode() in proc.stdout + proc.stderr for s in secrets)
+    bodies = log.read_bytes()
+    assert bodies.count(b'"body"') >= 6 and conversation_key(prompts[1]).encode() in bodies
+    assert not any(s in bodies for s in secrets)  # nothing secret was sent to the provider
+
+
+def _holders(hold: Path) -> list[psutil.Process]:
+    """Live processes whose command line waits on the ``hold`` file."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if proc.info["cmdline"] and any(str(hold) in part for part in proc.info["cmdline"]):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server, tmp_path):
+    hold = tmp_path / "hold"
+    hold.write_text("x")
+    quick = ["sigterm quick prompt 0", "sigterm quick prompt 1"]
+    held = [
+        f"[mock:command=while test -f {hold}; do sleep 0.2; done] sigterm held prompt {i}" for i in range(4)
+    ]
+    dataset = _write(cli.cwd / "sigterm.jsonl", quick + held)
+    args = run_args(dataset, "sigterm", mock_server, "--num_workers=4")
+    proc = cli.spawn(*args)
+    run = cli.cwd / "data" / "sigterm"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (len(_holders(hold)) < 4 or not (run / "batch_0.jsonl").exists()):
+        assert proc.poll() is None, "the run ended early"
+        time.sleep(0.2)
+    assert len(_holders(hold)) >= 4, "the held prompts' commands never started"
+    rows_before = _jsonl(run / "batch_0.jsonl")
+
+    started = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)  # the command line's own process only, as `kill` or a supervisor does
+    proc.wait(timeout=60)
+    stopped_in = time.monotonic() - started
+    assert proc.returncode == 130 and stopped_in < 15, (proc.returncode, stopped_in)
+    time.sleep(0.5)
+    assert _holders(hold) == []
+    info = json.loads((run / "run.json").read_text())
+    flow_run_id = info["invocations"][-1]["flow_run_id"]
+    state = httpx.get(f"{cli.api_url}/flow_runs/{flow_run_id}").json()["state"]
+    assert state["type"] == "CANCELLED" and "SIGTERM" in state["message"], state
+    assert _jsonl(run / "batch_0.jsonl") == rows_before  # finished rows intact
+    assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
+
+    hold.unlink()
+    resumed = cli(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    merged = _jsonl(run / "trajectories.jsonl")
+    assert [r["conversations"][1]["value"] for r in merged] == quick + held
+    assert len({r["metadata"]["prompt_id"] for r in merged}) == 6
+    requests = mock_server.stats()["by_conversation"]
+    assert [requests[conversation_key(p)] for p in quick] == [3, 3]  # not paid for again
