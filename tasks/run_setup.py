@@ -143,17 +143,17 @@ def _close_killed_invocations(run_dir: Path, invocations: list[dict[str, Any]]) 
     """Give every invocation without ``finished_at`` a ``duration_s`` from the ledger's timestamps."""
     if not invocations:
         return
-    ends = [inv.get("started_at") for inv in invocations[1:]] + [now_iso()]
+    ends = [inv.get("started_at") for inv in invocations[1:]] + [None]
     for inv, next_start in zip(invocations, ends, strict=True):
         if "finished_at" in inv or "duration_s" in inv or not inv.get("started_at"):
             continue
-        start, stop = _parse(inv["started_at"]), _parse(next_start)
+        start, stop = _parse(inv["started_at"]), _parse(next_start) if next_start else None
         last = last_activity(run_dir, start, stop)
         inv.update(duration_s=round((last - start).total_seconds(), 3) if last else 0.0, killed=True)
 
 
-def last_activity(run_dir: Path, start: datetime, stop: datetime) -> datetime | None:
-    """The latest time in [start, stop) at which the ledger wrote something (None: nothing).
+def last_activity(run_dir: Path, start: datetime, stop: datetime | None) -> datetime | None:
+    """The latest time in [start, stop) (stop None: no end) at which the ledger wrote something (None: nothing).
 
     Batch files are written by one invocation only, so their modification time is its last row;
     tombstones and failures carry their own ``time``.
@@ -170,7 +170,7 @@ def last_activity(run_dir: Path, start: datetime, stop: datetime) -> datetime | 
                     times.append(_parse(json.loads(line)["time"]))
                 except (ValueError, KeyError, TypeError):
                     continue
-    inside = [t for t in times if start <= t < stop]
+    inside = [t for t in times if start <= t and (stop is None or t < stop)]
     return max(inside) if inside else None
 
 

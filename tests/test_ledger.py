@@ -125,3 +125,25 @@ def test_batches_of_a_killed_invocation_get_their_stats_back(tmp_path):
         "1": {"processed": 2, "skipped": 0, "discarded_no_reasoning": 0},
     }
     assert checkpoint["completed_prompts"] == [0, 1, 2, 3]
+
+
+def test_a_killed_invocation_counts_in_the_run_duration(tmp_path):
+    import time as _time
+
+    from tasks.dataset import read_dataset
+    from tasks.run_setup import finish_invocation, start_invocation
+
+    dataset_file = tmp_path / "d.jsonl"
+    dataset_file.write_text('{"prompt": "a"}\n')
+    dataset = read_dataset(dataset_file)
+    run = tmp_path / "run"
+    run.mkdir()
+    first = start_invocation(run, "r", {}, "h", dataset, "fr-1")
+    _time.sleep(2.1)
+    (run / "batch_0.jsonl").write_text('{"metadata": {"prompt_id": "x"}}\n')  # its last row, then killed
+    second = start_invocation(run, "r", {}, "h", dataset, "fr-2")
+    killed = second.data["invocations"][0]
+    assert killed["killed"] is True and 1.5 <= killed["duration_s"] <= 4
+    assert second.run_id == first.run_id  # the same run folder keeps its identity
+    finish_invocation(second, duration_s=1.0)
+    assert 2.5 <= second.total_duration <= 5

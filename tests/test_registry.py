@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from hermes_core.environments import create_environment
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, REGISTRY, TOOLSETS, ToolContext, offered_tools
@@ -119,3 +121,12 @@ def test_hermes_core_does_not_import_prefect():
     code = "import sys, hermes_core, hermes_core.runner, hermes_core.mockllm; print('prefect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_unknown_toolset_is_a_config_error():
+    from hermes_core.exceptions import ConfigError
+    from hermes_core.settings import HermesSettings
+    from hermes_core.tools import offered_tools
+
+    with pytest.raises(ConfigError, match="unknown toolset 'nope'"):
+        offered_tools(["terminal", "nope"], HermesSettings())

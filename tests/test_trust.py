@@ -141,3 +141,81 @@ def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server,
     assert len({r["metadata"]["prompt_id"] for r in merged}) == 6
     requests = mock_server.stats()["by_conversation"]
     assert [requests[conversation_key(p)] for p in quick] == [3, 3]  # not paid for again
+
+
+def test_failures_record_the_attempts_that_really_ran(cli, mock_server):
+    prompts = [
+        "[mock:no_such_option=1] attempts: a 400 is not retried",
+        "[mock:error_5xx=50] attempts: a 5xx is retried",
+        "[mock:hang_s=30] attempts: a prompt timeout is not retried",
+    ]
+    dataset = _write(cli.cwd / "attempts.jsonl", prompts)
+    proc = cli(*run_args(dataset, "attempts", mock_server, "--retries=2", "--prompt_timeout=2"),
+               env={"HERMES_MAX_RETRIES": "0"})  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    failures = {f["prompt_index"]: f for f in _jsonl(cli.cwd / "data" / "attempts" / "failures.jsonl")}
+    assert {i: (f["error_type"], f["attempts"]) for i, f in failures.items()} == {
+        0: ("ModelError", 1),
+        1: ("ModelError", 3),
+        2: ("PromptTimeout", 1),
+    }
+    requests = mock_server.stats()["by_conversation"]
+    assert [requests[conversation_key(p)] for p in prompts] == [1, 3, 1]
+
+    hanging = _write(cli.cwd / "hanging.jsonl", ["[mock:hang_s=30,hang_count=5] attempts: timeout retried"])
+    again = cli(*run_args(hanging, "attempts-retried", mock_server, "--retries=1", "--prompt_timeout=2",
+                          "--retry_timeouts"), env={"HERMES_MAX_RETRIES": "0"})  # fmt: skip
+    assert again.returncode == 1
+    failures = {
+        f["prompt_index"]: f for f in _jsonl(cli.cwd / "data" / "attempts-retried" / "failures.jsonl")
+    }
+    assert failures[0]["attempts"] == 2  # asked for: the timed-out prompt was tried again
+
+
+def test_overwrite_never_gets_an_old_cached_result(cli, mock_server, tmp_path):
+    prompts = ["overwrite cache prompt 0", "overwrite cache prompt 1"]
+    dataset = _write(cli.cwd / "overwrite.jsonl", prompts)
+    shared_cache = tmp_path / "shared-cache"  # outside the run folder: --overwrite does not delete it
+    args = run_args(dataset, "overwritten", mock_server, f"--result_storage={shared_cache}")
+    assert cli(*args).returncode == 0
+    assert any(shared_cache.iterdir())
+    before = [mock_server.stats()["by_conversation"][conversation_key(p)] for p in prompts]
+    assert cli(*args, "--overwrite").returncode == 0
+    after = [mock_server.stats()["by_conversation"][conversation_key(p)] for p in prompts]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [
+        3,
+        3,
+    ]  # ran again, not served from the cache
+
+
+@pytest.mark.parametrize("same_flow_run", [True, False])
+def test_the_summary_is_only_this_flow_runs(tmp_path, capsys, same_flow_run):
+    import uuid
+
+    from prefect.states import Completed, Crashed
+
+    from flows.config import BatchConfig
+    from flows.console import print_summary
+
+    config = BatchConfig(dataset_file="d.jsonl", batch_size=1, run_name="r", output_dir=str(tmp_path))
+    this_run = uuid.uuid4()
+    stats = {
+        "tool_statistics": {}, "reasoning_statistics": {"turns_with_reasoning": 1, "total_assistant_turns": 1,
+        "coverage_percent": 100.0}, "total_prompts": 7, "completed": 7, "discarded_no_reasoning": 0,
+        "filtered_hallucinated": 0, "failed": 0, "tokens": {"total": 1}, "cost_usd": None, "duration_seconds": 1,
+        "flow_run_id": str(this_run if same_flow_run else uuid.uuid4()),
+    }  # fmt: skip
+    config.run_dir.mkdir(parents=True)
+    (config.run_dir / "statistics.json").write_text(json.dumps(stats))
+    state = (Completed if same_flow_run else Crashed)(message="engine crashed")
+    state.state_details.flow_run_id = this_run
+    print_summary(config, state)
+    out = capsys.readouterr().out
+    if same_flow_run:
+        assert "Prompts: 7 · trajectories: 7" in out
+    else:
+        assert (
+            "Prompts: 7" not in out
+            and "ended before writing its statistics" in out
+            and "engine crashed" in out
+        )
