@@ -154,7 +154,7 @@ def main() -> None:
     # patches also from the environment, for the parts that take no --experiments (e.g. memory)
     apply_patches((spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(","))
     _mark_prompt_phase_end()
-    config = BatchConfig(**spec["config"])
+    config = BatchConfig.from_options(**spec["config"])
     profile = spec.get("profile")
     profiler = None
     pyinstrument = bool(profile) and profile.endswith((".html", ".txt"))
@@ -174,7 +174,7 @@ def main() -> None:
 
         tracemalloc.start(8)
     cpu0, t0 = time.process_time(), time.perf_counter()
-    state = generate_trajectories(config=config, return_state=True)
+    state = generate_trajectories(**config.options(), return_state=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     census = spec.get("census")
     if census:  # live objects by type after the flow (what a longer run keeps per prompt)

@@ -118,7 +118,7 @@ def synthesise(run_dir: Path, dataset: Path, seed_dir: Path, missing: set[int]) 
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-    config = BatchConfig(
+    config = BatchConfig.from_options(
         dataset_file=str(dataset),
         batch_size=BATCH_SIZE,
         run_name=run_dir.name,

@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 import sys
+import types
+import typing
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,72 +49,59 @@ def _bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
 
 
-def _flag(parser: argparse.ArgumentParser, name: str, help: str) -> None:
+def _flag(parser: argparse.ArgumentParser | Any, name: str, help: str) -> None:
     """A boolean flag accepting ``--name``, ``--name=true`` and ``--name false``."""
     parser.add_argument(f"--{name}", type=_bool, nargs="?", const=True, default=None, help=help)
 
 
+def _add_option(group: Any, name: str, info: Any) -> None:
+    """One ``--name`` flag from a run option's pydantic field (type, choices, description, default)."""
+    annotation = info.annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    kind = args[0] if typing.get_origin(annotation) in (typing.Union, types.UnionType) else annotation
+    default = None if info.is_required() else info.get_default(call_default_factory=True)
+    shown = "required" if info.is_required() else f"default: {default}"
+    help_text = (
+        f"{info.description} ({shown})"
+        if default not in (None, False) or info.is_required()
+        else info.description
+    )
+    if kind is bool:
+        _flag(group, name, help_text)
+        return
+    choices = list(typing.get_args(kind)) if typing.get_origin(kind) is typing.Literal else []
+    metavar = "{" + ",".join(choices) + "}" if 0 < len(choices) <= 8 else name.upper()
+    convert = kind if kind in (int, float) else str
+    group.add_argument(f"--{name}", type=convert, metavar=metavar, help=help_text)  # pydantic checks choices
+
+
+REFERENCE_FLAGS = frozenset(
+    "dataset_file batch_size run_name distribution model base_url max_turns num_workers resume verbose "
+    "max_samples max_tokens providers_allowed providers_ignored providers_order provider_sort "
+    "reasoning_effort reasoning_disabled ephemeral_system_prompt log_prefix_chars prefill_messages_file".split()
+)
+"""The reference batch_runner.py's flags (SPEC section 3), listed first in --help."""
+
+
 def build_run_parser() -> argparse.ArgumentParser:
-    """The parser of a batch run: every reference flag (same names and defaults) plus ours."""
+    """The parser of a batch run: one flag per run option (:func:`flows.config.run_options`), plus the
+    command line's own ``--api_key`` and ``--list_distributions``."""
+    from flows.config import run_options
+
     p = _Parser(
         prog=os.path.basename(sys.argv[0]) or "batch_runner.py",
         description="Run the Hermes agent over a JSONL dataset and write ShareGPT trajectories to data/<run_name>/.",
         epilog='One prompt, trajectory row printed: hermes-batch agent "PROMPT" --model mock/scripted --toolsets terminal,file',
     )
     ref = p.add_argument_group("reference flags")
-    ref.add_argument("--dataset_file", help="JSONL dataset path (required)")
-    ref.add_argument("--batch_size", type=int, help="prompts per batch file / checkpoint (required, >= 1)")
-    ref.add_argument("--run_name", help="output folder data/<run_name>/ (required)")
-    ref.add_argument("--distribution", help="toolset distribution (default: default)")
-    ref.add_argument(
-        "--model", help="model id (default: anthropic/claude-sonnet-4.6; mock/... = offline model)"
-    )
-    ref.add_argument("--base_url", help=f"OpenAI-compatible endpoint (default: {DEFAULT_BASE_URL})")
-    ref.add_argument(
-        "--api_key", help="API key (default: OPENROUTER_API_KEY, then OPENAI_API_KEY); never stored"
-    )
-    ref.add_argument("--max_turns", type=int, help="max model calls per prompt (default: 10)")
-    ref.add_argument("--num_workers", type=int, help="prompts in flight at once (default: 4)")
-    _flag(ref, "resume", "continue an existing run")
-    _flag(ref, "verbose", "detailed logs")
-    _flag(ref, "list_distributions", "print the toolset distributions and exit")
-    ref.add_argument("--max_samples", type=int, help="only the first N valid records (default: all)")
-    ref.add_argument("--max_tokens", type=int, help="tokens per response (default: model default)")
-    ref.add_argument("--providers_allowed", help="comma list -> OpenRouter provider.only")
-    ref.add_argument("--providers_ignored", help="comma list -> OpenRouter provider.ignore")
-    ref.add_argument("--providers_order", help="comma list -> OpenRouter provider.order")
-    ref.add_argument("--provider_sort", help="price, throughput or latency -> provider.sort")
-    ref.add_argument("--reasoning_effort", help="none, minimal, low, medium, high or xhigh")
-    _flag(ref, "reasoning_disabled", "disable reasoning tokens (wins over --reasoning_effort)")
-    ref.add_argument("--ephemeral_system_prompt", help="system prompt sent to the model, never stored")
-    ref.add_argument(
-        "--log_prefix_chars", type=int, help="preview length of tool calls/results in logs (default: 100)"
-    )
-    ref.add_argument(
-        "--prefill_messages_file", help="JSON array of {role, content} few-shot messages, never stored"
-    )
     ours = p.add_argument_group("hermes-batch flags")
-    ours.add_argument("--prompt_timeout", type=float, help="wall-clock seconds per prompt (default: none)")
-    _flag(ours, "overwrite", "delete an existing run's outputs and start again")
-    _flag(ours, "retry_timeouts", "retry a prompt that ran past --prompt_timeout (it pays again)")
-    _flag(ours, "skip_invalid", "skip invalid dataset lines with a warning instead of refusing to start")
-    ours.add_argument(
-        "--terminal_env", help="sandbox backend: local, docker, singularity, modal (default: TERMINAL_ENV)"
+    for name, info in run_options().items():
+        _add_option(ref if name in REFERENCE_FLAGS else ours, name, info)
+    ref.add_argument(
+        "--api_key",
+        help="API key (default: OPENROUTER_API_KEY, then OPENAI_API_KEY); kept in memory, never stored",
     )
-    ours.add_argument("--seed", type=int, help="seed of the per-prompt toolset draw (default: 0)")
-    ours.add_argument("--output_dir", help="parent folder of run folders (default: data)")
-    ours.add_argument(
-        "--retries", type=int, help="Prefect task retries after a transient failure (default: 1)"
-    )
-    ours.add_argument("--api_key_secret", help="name of a Prefect Secret block holding the API key")
-    ours.add_argument("--task_runner", help="where prompt tasks run: threads (default) or dask")
-    ours.add_argument(
-        "--dask_address", help="Dask scheduler for --task_runner=dask (default: a local cluster)"
-    )
-    ours.add_argument("--dask_workers", type=int, help="processes of the local Dask cluster (default: 2)")
-    ours.add_argument(
-        "--result_storage", help="task result cache folder (default: data/<run_name>/.prefect-results)"
-    )
+    _flag(ref, "list_distributions", "print the toolset distributions and exit")
     return p
 
 
@@ -138,28 +127,26 @@ def build_agent_parser() -> argparse.ArgumentParser:
     return p
 
 
+CLI_ONLY = frozenset({"api_key", "list_distributions"})
+"""Flags of the command line that are not run options."""
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     """Build the run's :class:`~flows.config.BatchConfig` from parsed flags (unset flags take the defaults).
 
     Raises:
         CliError: a missing required flag or an invalid value (the message names the flag).
     """
-    from flows.config import BatchConfig
+    from flows.config import BatchConfig, OptionError
 
-    values = {
-        k: v for k, v in vars(args).items() if v is not None and k not in {"api_key", "list_distributions"}
-    }
+    values = {k: v for k, v in vars(args).items() if v is not None and k not in CLI_ONLY}
     missing = [f"--{name}" for name in ("dataset_file", "batch_size", "run_name") if name not in values]
     if missing:
         raise CliError(f"missing required flag(s): {', '.join(missing)}")
     try:
-        return BatchConfig(**values).for_date(datetime.now(UTC).date())
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "arguments"
-        raise CliError(f"invalid --{field}: {first['msg']}") from None
-    except ValueError as exc:  # prefill file problems
-        raise CliError(str(exc)) from None
+        return BatchConfig.from_options(**values).for_date(datetime.now(UTC).date())
+    except OptionError as exc:
+        raise CliError(f"invalid --{exc.option}: {exc.reason}") from None
 
 
 def _prefect_local_api() -> Any:
@@ -294,8 +281,8 @@ def _run_flow(config: Any) -> int:
     from flows.console import LiveProgress, print_summary
     from flows.generate import generate_trajectories
 
-    with LiveProgress():
-        state = generate_trajectories(config=config, return_state=True)
+    with LiveProgress(verbose=config.verbose):
+        state = generate_trajectories(**config.options(), return_state=True)
     print_summary(config, state)
     if state.is_completed():
         return 0

@@ -1,87 +1,94 @@
-"""The parameters of a run: one pydantic model built by the command line and by Prefect deployments.
+"""The options of a run: one pydantic model, the single declaration behind the flags and the flow's parameters.
 
-Field names and defaults are the reference ``batch_runner.py`` flags (SPEC
-section 3); the rest are ours. No secret is a field: the API key comes from the
-environment (``OPENROUTER_API_KEY`` / ``OPENAI_API_KEY``) or from a Prefect
+:class:`BatchConfig` holds the run's own options and nests the hermes_core models it
+configures (:class:`~hermes_core.client.ModelOptions` as ``llm``, :class:`~hermes_core.agent.AgentConfig`
+as ``agent``) instead of re-declaring their fields. Their fields are flat options too:
+:func:`run_options` lists every option (name -> pydantic field) in declaration order, and both
+the command line (``flows.cli``) and the ``generate-trajectories`` flow's parameters
+(``flows.generate``) are generated from it. Adding an option is one field plus its use.
+
+Field names and defaults are the reference ``batch_runner.py`` flags (SPEC section 3); the
+rest are ours. No secret is an option: the API key comes from the environment
+(``OPENROUTER_API_KEY`` / ``OPENAI_API_KEY``), ``--api_key`` (kept in memory) or a Prefect
 Secret block named by ``api_key_secret``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from hermes_core.agent import AgentConfig
-from hermes_core.client import ModelOptions, ProviderSort, ReasoningEffort
+from hermes_core.client import ModelOptions
 from hermes_core.distributions import DISTRIBUTIONS
+from hermes_core.environments import BACKENDS
+from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import RunSpec
 
-DEFAULT_MODEL = "anthropic/claude-sonnet-4.6"
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+DistributionName = Literal[tuple(sorted(DISTRIBUTIONS))]  # type: ignore[valid-type]
+"""The toolset distributions, as choices (``--list_distributions`` describes them)."""
+TerminalBackend = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
+"""The sandbox backends, as choices."""
+TaskRunnerName = Literal["threads", "dask"]
+
+GROUPS: dict[str, type[BaseModel]] = {"llm": ModelOptions, "agent": AgentConfig}
+"""Nested hermes_core models whose fields are flat options of the run."""
 
 
 class BatchConfig(BaseModel):
-    """Every flag of a run. Validation errors name the field."""
+    """Every option of a run. Build from flat options with :meth:`from_options`; errors name the option."""
 
     model_config = ConfigDict(extra="forbid")
 
     dataset_file: str = Field(description='JSONL dataset path (one {"prompt": ...} object per line).')
     batch_size: int = Field(ge=1, description="Prompts per batch file / checkpoint unit.")
     run_name: str = Field(
-        description="Output folder data/<run_name>/ ({date} is replaced by the scheduled date)."
+        description="Output folder <output_dir>/<run_name>/ ({date} is replaced by the scheduled date)."
     )
-    distribution: str = Field(default="default", description="Toolset distribution to sample from.")
-    model: str = Field(
-        default=DEFAULT_MODEL, description="Model id; mock/... uses the built-in offline model."
+    distribution: DistributionName = Field(
+        default="default", description="Toolset distribution to sample from.", json_schema_extra=DEFINING
     )
+    llm: ModelOptions = Field(default_factory=ModelOptions, description="Model request options.")
     base_url: str | None = Field(
         default=None,
-        description="OpenAI-compatible endpoint; default https://openrouter.ai/api/v1 (built-in server for mock/).",
+        description="OpenAI-compatible endpoint; default HERMES_BASE_URL, else https://openrouter.ai/api/v1 "
+        "(the built-in server for mock/ models).",
     )
-    max_turns: int = Field(default=10, ge=1, description="Most model calls per prompt.")
+    agent: AgentConfig = Field(default_factory=AgentConfig, description="Agent loop options.")
     num_workers: int = Field(default=4, ge=1, le=1024, description="Prompts in flight at once.")
     resume: bool = Field(default=False, description="Continue an existing run.")
-    verbose: bool = Field(default=False, description="Detailed logs.")
+    verbose: bool = Field(default=False, description="Detailed logs (Prefect's per-task lines, tool calls).")
     max_samples: int | None = Field(default=None, ge=1, description="Only the first N valid records.")
-    max_tokens: int | None = Field(
-        default=None, ge=1, description="Token limit per response (model default)."
-    )
-    providers_allowed: list[str] | None = Field(default=None, description="OpenRouter provider.only.")
-    providers_ignored: list[str] | None = Field(default=None, description="OpenRouter provider.ignore.")
-    providers_order: list[str] | None = Field(default=None, description="OpenRouter provider.order.")
-    provider_sort: ProviderSort | None = Field(default=None, description="price, throughput or latency.")
-    reasoning_effort: ReasoningEffort | None = Field(default=None, description="none ... xhigh.")
-    reasoning_disabled: bool = Field(
-        default=False, description="Disable reasoning tokens (wins over effort)."
-    )
-    ephemeral_system_prompt: str | None = Field(
-        default=None, description="System prompt sent but never stored."
-    )
-    log_prefix_chars: int = Field(
-        default=100, ge=0, description="Preview length of tool calls/results in logs."
-    )
     prefill_messages_file: str | None = Field(
         default=None,
-        description="JSON array of {role, content} few-shot messages sent after the system prompt.",
+        description="JSON array of {role, content} few-shot messages sent after the system prompt, never stored.",
     )
     # ours
-    prompt_timeout: float | None = Field(default=None, gt=0, description="Wall-clock seconds per prompt.")
+    prompt_timeout: float | None = Field(
+        default=None, gt=0, description="Wall-clock seconds per prompt, retries included."
+    )
     retry_timeouts: bool = Field(
         default=False,
-        description="Retry (as a transient failure) a prompt that ran past --prompt_timeout; it pays again.",
+        description="Retry (as a transient failure) a prompt that ran past prompt_timeout; it pays again.",
     )
     overwrite: bool = Field(default=False, description="Delete an existing run's outputs and start again.")
     skip_invalid: bool = Field(default=False, description="Skip invalid dataset lines with a warning.")
-    terminal_env: Literal["local", "docker", "singularity", "modal"] | None = Field(
+    terminal_env: TerminalBackend | None = Field(
         default=None, description="Sandbox backend (default: TERMINAL_ENV, else local)."
     )
-    seed: int = Field(default=0, description="Seed of the per-prompt toolset draw.")
+    seed: int = Field(
+        default=0, description="Seed of the per-prompt toolset draw.", json_schema_extra=DEFINING
+    )
     output_dir: str = Field(default="data", description="Parent folder of run folders.")
     retries: int = Field(
         default=1, ge=0, le=10, description="Prefect task retries of a prompt after a transient failure."
@@ -90,7 +97,7 @@ class BatchConfig(BaseModel):
         default=None,
         description="Name of a Prefect Secret block holding the API key (instead of the environment).",
     )
-    task_runner: Literal["threads", "dask"] = Field(
+    task_runner: TaskRunnerName = Field(
         default="threads",
         description="Where prompt tasks run: the flow's thread pool, or Dask (prefect-dask).",
     )
@@ -101,27 +108,45 @@ class BatchConfig(BaseModel):
     dask_workers: int = Field(default=2, ge=1, le=256, description="Processes of the local Dask cluster.")
     result_storage: str | None = Field(
         default=None,
-        description="Task result cache: a folder (default data/<run_name>/.prefect-results) or block:<storage block slug>.",
+        description="Task result cache: a folder (default <run folder>/.prefect-results) or block:<storage block slug>.",
     )
 
-    _prefill: list[dict[str, str]] = PrivateAttr(default_factory=list)
-
-    @field_validator("providers_allowed", "providers_ignored", "providers_order", mode="before")
     @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, list | tuple):
-            items = [part.strip() for item in value for part in str(item).split(",")]
-            return [item for item in items if item] or None
-        return value
+    def from_options(cls, **options: Any) -> BatchConfig:
+        """Build from flat options (the flags / flow parameters: ``model=...``, ``max_turns=...``).
 
-    @field_validator("distribution")
-    @classmethod
-    def _known_distribution(cls, value: str) -> str:
-        if value not in DISTRIBUTIONS:
-            raise ValueError(f"unknown distribution {value!r}; available: {', '.join(sorted(DISTRIBUTIONS))}")
-        return value
+        Raises:
+            OptionError: an unknown option, a missing required one or an invalid value; the message
+                names the option.
+        """
+        unknown = sorted(set(options) - set(run_options()))
+        if unknown:
+            raise OptionError(unknown[0], "not an option of this flow")
+        values: dict[str, Any] = {name: {} for name in GROUPS}
+        for name, value in options.items():
+            group = _GROUP_OF.get(name)
+            (values[group] if group else values)[name] = value
+        try:
+            config = cls(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = [str(part) for part in first["loc"] if not isinstance(part, int)]
+            name = next(
+                (part for part in reversed(loc) if part in run_options()), loc[-1] if loc else "options"
+            )
+            reason = first["msg"].removeprefix("Value error, ")
+            if isinstance(first.get("input"), str | int | float) and first["type"] != "value_error":
+                reason += f" (got {first['input']!r})"
+            raise OptionError(name, reason) from None
+        return config
+
+    def options(self) -> dict[str, Any]:
+        """The flat options of this config (JSON-able): the flow's parameters."""
+        dumped = self.model_dump(mode="json")
+        flat = {}
+        for name, (group, _field) in _OPTIONS.items():
+            flat[name] = dumped[group][name] if group else dumped[name]
+        return flat
 
     @field_validator("run_name")
     @classmethod
@@ -132,10 +157,25 @@ class BatchConfig(BaseModel):
             )
         return value
 
+    @field_validator("prefill_messages_file")
+    @classmethod
+    def _readable_prefill(cls, value: str | None) -> str | None:
+        if value:
+            load_prefill(value)  # a clear error naming the file and item, at validation time
+        return value
+
     @model_validator(mode="after")
     def _load_prefill(self) -> BatchConfig:
-        self._prefill = load_prefill(self.prefill_messages_file) if self.prefill_messages_file else []
+        if self.prefill_messages_file and not self.agent.prefill_messages:
+            self.agent = self.agent.model_copy(
+                update={"prefill_messages": load_prefill(self.prefill_messages_file)}
+            )
         return self
+
+    @property
+    def model(self) -> str:
+        """The model id."""
+        return self.llm.model
 
     def for_date(self, day: date) -> BatchConfig:
         """This config with ``{date}`` in ``run_name`` replaced by ``day`` (YYYY-MM-DD).
@@ -155,7 +195,7 @@ class BatchConfig(BaseModel):
     @property
     def prefill_messages(self) -> list[dict[str, str]]:
         """The validated prefill messages (empty when no file)."""
-        return self._prefill
+        return self.agent.prefill_messages
 
     def run_spec(self) -> RunSpec:
         """The hermes_core view of this run."""
@@ -163,45 +203,88 @@ class BatchConfig(BaseModel):
             run_name=self.run_name,
             distribution=self.distribution,
             seed=self.seed,
-            model=ModelOptions(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                providers_allowed=self.providers_allowed,
-                providers_ignored=self.providers_ignored,
-                providers_order=self.providers_order,
-                provider_sort=self.provider_sort,
-                reasoning_effort=self.reasoning_effort,
-                reasoning_disabled=self.reasoning_disabled,
-            ),
-            agent=AgentConfig(
-                max_turns=self.max_turns,
-                ephemeral_system_prompt=self.ephemeral_system_prompt,
-                prefill_messages=self.prefill_messages,
-                log_prefix_chars=self.log_prefix_chars,
-            ),
+            model=self.llm,
+            agent=self.agent,
             base_url=self.base_url,
             prompt_timeout=self.prompt_timeout,
             terminal_env=self.terminal_env,
         )
 
     def defining_settings(self) -> dict[str, Any]:
-        """The settings that define a sample (SPEC section 9); a run refuses to change them."""
-        return {
-            "model": self.model,
-            "distribution": self.distribution,
-            "max_turns": self.max_turns,
-            "max_tokens": self.max_tokens,
-            "reasoning_effort": self.reasoning_effort,
-            "reasoning_disabled": self.reasoning_disabled,
-            "ephemeral_system_prompt": self.ephemeral_system_prompt,
-            "prefill_messages": self.prefill_messages,
-            "seed": self.seed,
-        }
+        """The settings that define a sample (SPEC section 9; fields marked DEFINING); a run refuses to change them."""
+        settings: dict[str, Any] = {}
+        for model in (self, *(getattr(self, name) for name in GROUPS)):
+            for name, info in type(model).model_fields.items():
+                if is_defining(info):
+                    settings[name] = getattr(model, name)
+        return settings
 
     def settings_hash(self) -> str:
         """sha256 (hex, 16 chars) of :meth:`defining_settings`."""
         blob = json.dumps(self.defining_settings(), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class OptionError(ValueError):
+    """An invalid run option. Attributes: ``option`` (its flat name), ``reason``."""
+
+    def __init__(self, option: str, reason: str):
+        super().__init__(f"invalid {option}: {reason}")
+        self.option = option
+        self.reason = reason
+
+
+def _collect_options() -> dict[str, tuple[str | None, FieldInfo]]:
+    options: dict[str, tuple[str | None, FieldInfo]] = {}
+    for name, info in BatchConfig.model_fields.items():
+        group = GROUPS.get(name)
+        if group is None:
+            options[name] = (None, info)
+            continue
+        for inner, inner_info in group.model_fields.items():
+            if is_run_option(inner_info):
+                if inner in options or inner in BatchConfig.model_fields:
+                    raise TypeError(f"option {inner!r} of {group.__name__} is declared twice")
+                options[inner] = (name, inner_info)
+    return options
+
+
+_OPTIONS = _collect_options()
+_GROUP_OF = {name: group for name, (group, _) in _OPTIONS.items() if group}
+
+
+def run_options() -> dict[str, FieldInfo]:
+    """Every flat option of a run, in declaration order: ``{name: pydantic field}`` (type, default, description)."""
+    return {name: info for name, (_, info) in _OPTIONS.items()}
+
+
+def options_signature() -> inspect.Signature:
+    """A keyword-only signature with one parameter per option (annotation and field as the default).
+
+    Prefect reads a flow's parameters from its signature: each field's type, default, bounds and
+    choices become the parameter's schema (the UI's custom-run form; descriptions come from
+    :func:`options_docstring`), and Prefect validates ``prefect deployment run --param k=v`` values
+    against the annotations.
+    """
+    parameters = []
+    for name, info in run_options().items():
+        described = Field(description=info.description, json_schema_extra=info.json_schema_extra)
+        annotation = Annotated[(info.annotation, described, *info.metadata)]  # type: ignore[valid-type]
+        default = (
+            inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
+        )
+        parameters.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    return inspect.Signature(parameters, return_annotation=Any)
+
+
+def options_docstring() -> str:
+    """A Google-style ``Args:`` section with each option's description (Prefect's parameter descriptions)."""
+    lines = ["", "Args:"]
+    for name, info in run_options().items():
+        lines.append(f"    {name}: {info.description or name}")
+    return "\n".join(lines) + "\n"
 
 
 def load_prefill(path: str) -> list[dict[str, str]]:
@@ -231,3 +314,14 @@ def load_prefill(path: str) -> list[dict[str, str]]:
                 f'prefill_messages_file {path}: item {i} must be {{"role": system|user|assistant, "content": str}}'
             )
     return [{"role": item["role"], "content": item["content"]} for item in data]
+
+
+__all__ = [
+    "GROUPS",
+    "BatchConfig",
+    "OptionError",
+    "load_prefill",
+    "options_docstring",
+    "options_signature",
+    "run_options",
+]

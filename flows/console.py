@@ -1,12 +1,22 @@
-"""Terminal output of the command line: a live progress bar and the end-of-run summary table (rich)."""
+"""Terminal output of the command line: the live progress display and the end-of-run summary table (rich).
+
+While a run goes, the console shows one live display (on a terminal: a bar that redraws in
+place; without one, e.g. a CI log or a worker's log file: a summary line every
+:data:`SUMMARY_SECONDS`) and, above it, only the lines that matter: the run's start and end,
+warnings and errors (one per failed prompt). Prefect's own console lines, one per task run,
+are kept off the console (they still go to the Prefect API and its UI); ``--verbose`` shows
+them, and the tool-call previews, above the display.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -21,11 +31,55 @@ from flows.progress import LISTENERS, RunProgress
 
 _console = Console(stderr=True)
 
+SUMMARY_SECONDS = 10.0
+"""Without a terminal, how often the one-line progress summary is printed."""
+
+
+def progress_line(progress: RunProgress) -> str:
+    """``prompts 40/100 · failed 1 · discarded 0 · 3.20/s · ETA 19 s · tokens 12345 · cost $0.0123``."""
+    left = progress.total - progress.done
+    eta = f"{left / progress.rate:.0f} s" if progress.rate > 0 and left else "-"
+    cost = "n/a" if progress.cost is None else f"${progress.cost:.4f}"
+    return (
+        f"prompts {progress.done}/{progress.total} · failed {progress.failed} · discarded {progress.discarded}"
+        f" · {progress.rate:.2f}/s · ETA {eta} · tokens {progress.tokens} · cost {cost}"
+    )
+
+
+class _ConsoleLogHandler(logging.Handler):
+    """Prints log records above the live display, through its console."""
+
+    def __init__(self, display: LiveProgress, level: int):
+        super().__init__(level)
+        self.display = display
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.display.verbose and record.name.startswith("prefect.task_runs"):
+            return  # per-task lines (a failed prompt's too: the flow logs one line for it) go to the API only
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record must not break the run
+            return
+        for attribute, kind in (("task_run_name", "Task run"), ("flow_run_name", "Flow run")):
+            name = getattr(record, attribute, None)
+            if name and self.display.verbose:  # as Prefect's own console shows run loggers' lines
+                message = f"{kind} {name!r} - {message}"
+                break
+        self.display.print(f"{record.levelname.lower()}: {message}")
+
 
 class LiveProgress:
-    """Context manager showing prompts done / total, failed, discarded, rate and ETA while the flow runs."""
+    """Context manager: the live display of the running flow, and the console's log lines.
 
-    def __init__(self) -> None:
+    Args:
+        verbose: also show Prefect's per-task INFO lines and hermes_core's debug lines.
+        console: where to draw (default: stderr).
+    """
+
+    def __init__(self, verbose: bool = False, console: Console | None = None) -> None:
+        self.console = console or _console
+        self.verbose = verbose
+        self._live = self.console.is_terminal
         self._progress = Progress(
             TextColumn("[bold]prompts"),
             BarColumn(),
@@ -34,26 +88,60 @@ class LiveProgress:
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
-            console=_console,
+            console=self.console,
             transient=False,
         )
         self._task = None
+        self._last_line = 0.0
+        self._handler = _ConsoleLogHandler(self, logging.INFO if verbose else logging.WARNING)
+        self._silenced: list[tuple[logging.Handler, int]] = []
 
-    def __call__(self, progress: RunProgress) -> None:
-        rate = progress.done / max(1e-6, time.monotonic() - progress.started)
-        detail = f"failed {progress.failed} · discarded {progress.discarded} · {rate:.2f}/s"
+    def print(self, text: str) -> None:
+        """Print one line above the display."""
+        self.console.print(escape(text), soft_wrap=True, highlight=False)
+
+    def __call__(self, progress: RunProgress, line: str | None) -> None:
+        if line:
+            self.print(line)
+            if not self._live:
+                return
+        if not self._live:
+            now = time.monotonic()
+            if now - self._last_line >= SUMMARY_SECONDS or (
+                progress.done == progress.total and progress.total
+            ):
+                self._last_line = now
+                self.print(progress_line(progress))
+            return
+        cost = "" if progress.cost is None else f" · ${progress.cost:.4f}"
+        detail = (
+            f"failed {progress.failed} · discarded {progress.discarded} · {progress.rate:.2f}/s"
+            f" · {progress.tokens} tokens{cost}"
+        )
         if self._task is None:
             self._task = self._progress.add_task("run", total=progress.total, detail=detail)
         self._progress.update(self._task, completed=progress.done, total=progress.total, detail=detail)
 
     def __enter__(self) -> LiveProgress:
-        self._progress.start()
+        root = logging.getLogger()
+        for handler in root.handlers:  # Prefect's console handler: records still reach its API handler
+            if isinstance(handler, logging.StreamHandler):
+                self._silenced.append((handler, handler.level))
+                handler.setLevel(logging.CRITICAL + 1)
+        root.addHandler(self._handler)
+        if self._live:
+            self._progress.start()
         LISTENERS.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         LISTENERS.remove(self)
-        self._progress.stop()
+        if self._live:
+            self._progress.stop()
+        logging.getLogger().removeHandler(self._handler)
+        for handler, level in self._silenced:
+            handler.setLevel(level)
+        self._silenced.clear()
 
 
 def print_summary(config: Any, state: Any) -> None:

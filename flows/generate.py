@@ -24,7 +24,7 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.config import BatchConfig
+from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
@@ -79,19 +79,16 @@ def statistics_task(
     return stats
 
 
-@flow(
-    name="generate-trajectories",
-    persist_result=False,
-    log_prints=True,
-)
-def generate_trajectories(config: BatchConfig) -> State:
-    """Run every prompt of ``config.dataset_file`` through the agent and write the run folder.
+def _generate_trajectories(**options: Any) -> State:
+    """Run every prompt of a JSONL dataset through the Hermes agent and write ShareGPT trajectories.
 
-    Ends Completed; Failed (after every output is written) when prompts failed, with a
-    message that gives the count and says that a retry re-attempts only those; Cancelled
-    when it was stopped (Ctrl-C, SIGTERM, Cancel in Prefect): finished prompts are on disk,
-    the merge and statistics are left to the next invocation.
+    One parameter per option (the flags of ``batch_runner.py``; see each parameter's description).
+    Ends Completed; Failed (after every output is written) when prompts failed, with a message
+    that gives the count and says that a retry re-attempts only those; Cancelled when it was
+    stopped (Ctrl-C, SIGTERM, Cancel in Prefect): finished prompts are on disk, the merge and
+    statistics are left to the next invocation.
     """
+    config = BatchConfig.from_options(**options)
     logger = get_run_logger()
     started = time.monotonic()
     limit_malloc_arenas()  # before the prompt threads start
@@ -121,11 +118,13 @@ def generate_trajectories(config: BatchConfig) -> State:
         pending, image_failed = prepare_sandboxes(config.run_name, pending, backend, ledger)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
-        logger.info(
-            "run %s: %d prompts, %d already finished, %d to run with %d workers",
-            config.run_name, len(jobs), done_before, len(pending), config.num_workers,
-        )  # fmt: skip
-        progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before).open()
+        start_line = (
+            f"run {config.run_name}: {len(jobs)} prompts, {done_before} already finished, "
+            f"{len(pending)} to run with {config.num_workers} workers"
+        )
+        logger.info("%s", start_line)
+        progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
+        progress.open(line=start_line)
         failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id)
         ledger.write_checkpoint()
         ledger.close()
@@ -149,8 +148,14 @@ def generate_trajectories(config: BatchConfig) -> State:
         merge = merge_task(run_dir, index_of)
         duration = time.monotonic() - started
         finish_invocation(info, duration_s=round(duration, 3), ran=len(pending), failed=len(failed))
-        stats = statistics_task(config, merge, index_of, info.total_duration, failed)
-        _publish(config, stats)
+        stats = statistics_task(
+            config, merge, index_of, info.total_duration, [f["prompt_id"] for f in failed]
+        )
+        _publish(config, stats, failed)
+        progress.announce(
+            f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
+            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed"
+        )
 
     if failed:
         return Failed(
@@ -160,6 +165,14 @@ def generate_trajectories(config: BatchConfig) -> State:
             )
         )
     return Completed(message=f"{stats['completed']} trajectories in {run_dir / 'trajectories.jsonl'}")
+
+
+_generate_trajectories.__signature__ = options_signature()  # one parameter per option (flows.config)
+_generate_trajectories.__doc__ = (_generate_trajectories.__doc__ or "") + options_docstring()
+generate_trajectories = flow(name="generate-trajectories", persist_result=False, log_prints=True)(
+    _generate_trajectories
+)
+"""The ``generate-trajectories`` flow. Call it with the flat options: ``generate_trajectories(**config.options())``."""
 
 
 def result_storage(config: BatchConfig) -> Path | str:
@@ -205,8 +218,11 @@ def _run_prompts(
     progress: RunProgress,
     stop: RunStop,
     run_id: str,
-) -> list[str]:
-    """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives. Returns failed ids.
+) -> list[dict[str, Any]]:
+    """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives.
+
+    Returns:
+        The failures of this invocation: ``{prompt_id, prompt_index, error_type, message, attempts}``.
 
     With the thread pool, ``num_workers`` more prompts wait in the pool's queue, so a thread that
     finishes a prompt starts the next at once instead of waiting for this thread to record the
@@ -226,7 +242,9 @@ STOP_DRAIN_SECONDS = 10.0
 """After a stop, how long the flow waits for running prompts to end (they are cancelled: seconds)."""
 
 
-def _sliding_window(config, pending, ledger, progress, stop, runner, window: int, run_id: str) -> list[str]:
+def _sliding_window(
+    config, pending, ledger, progress, stop, runner, window: int, run_id: str
+) -> list[dict[str, Any]]:
     task = run_prompt_task.with_options(
         retries=config.retries,
         result_storage=result_storage(config),
@@ -236,7 +254,7 @@ def _sliding_window(config, pending, ledger, progress, stop, runner, window: int
     done: queue.SimpleQueue = queue.SimpleQueue()
     queued = iter(sorted(pending, key=lambda j: j.prompt_index))
     in_flight = 0
-    failed: list[str] = []
+    failed: list[dict[str, Any]] = []
     give_up_at: float | None = None
 
     def submit_next() -> bool:
@@ -269,10 +287,11 @@ def _sliding_window(config, pending, ledger, progress, stop, runner, window: int
     return failed
 
 
-def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgress, failed: list[str]):
+def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgress, failed: list[dict]):
     """Write one prompt's outcome to the ledger; returns the PromptOutcome (None when it failed).
 
-    A prompt cancelled by a stop is not a failure: it stays pending for the next invocation.
+    A failure is appended to ``failed`` and logged as one warning line (console and Prefect). A
+    prompt cancelled by a stop is not a failure: it stays pending for the next invocation.
     """
     if state.is_completed():
         outcome: PromptOutcome = state.result()
@@ -287,7 +306,7 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
                     "usage": outcome.usage,
                 },
             )
-        progress.record("completed" if outcome.status == "completed" else "discarded")
+        progress.record("completed" if outcome.status == "completed" else "discarded", outcome.usage)
         return outcome
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, PromptCancelled) or state.is_cancelled():
@@ -295,10 +314,24 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
     error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
     message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
     attempts = getattr(exc, "attempts", None) or 1
-    ledger.record_failure(job.prompt_id, job.prompt_index, error_type, message, attempts=attempts)
-    failed.append(job.prompt_id)
+    failed.append(
+        ledger.record_failure(job.prompt_id, job.prompt_index, error_type, message, attempts=attempts)
+    )
+    get_run_logger().warning(
+        "prompt %d failed after %d attempt(s): %s: %s",
+        job.prompt_index,
+        attempts,
+        error_type,
+        _short(message),
+    )
     progress.record("failed")
     return None
+
+
+def _short(message: str, limit: int = 160) -> str:
+    """The first line of ``message``, cut to ``limit`` characters."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def _forget(runner, future, outcome: PromptOutcome | None) -> None:
@@ -323,8 +356,8 @@ def _forget(runner, future, outcome: PromptOutcome | None) -> None:
         events.pop(future.task_run_id, None)
 
 
-def _publish(config: BatchConfig, stats: dict[str, Any]) -> None:
-    """Table artifact of tool statistics and a markdown summary."""
+def _publish(config: BatchConfig, stats: dict[str, Any], failed: list[dict[str, Any]]) -> None:
+    """Table artifacts of tool statistics and (when prompts failed) of the failed prompts; a markdown summary."""
     rows = [
         {"tool": tool, **values}
         for tool, values in sorted(stats["tool_statistics"].items(), key=lambda kv: (-kv[1]["count"], kv[0]))
@@ -337,6 +370,20 @@ def _publish(config: BatchConfig, stats: dict[str, Any]) -> None:
     create_markdown_artifact(
         markdown=summary_markdown(config, stats), key=artifact_key(config.run_name, "summary")
     )
+    if failed:
+        create_table_artifact(
+            table=[
+                {
+                    "prompt_index": f["prompt_index"],
+                    "error_type": f["error_type"],
+                    "message": _short(f["message"]),
+                    "attempts": f["attempts"],
+                }
+                for f in sorted(failed, key=lambda f: f["prompt_index"])
+            ],
+            key=artifact_key(config.run_name, "failures"),
+            description=f"Prompts of {config.run_name} that failed in this flow run: a Retry re-attempts only these",
+        )
 
 
 def summary_markdown(config: BatchConfig, stats: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from hermes_core.exceptions import (
     RepeatedToolErrors,
     TurnLimitReached,
 )
+from hermes_core.options import DEFINING, INTERNAL
 from hermes_core.tools import Tool, ToolContext
 from hermes_core.trajectory import reasoning_counts
 
@@ -33,18 +34,26 @@ log = logging.getLogger("hermes_core.agent")
 
 
 class AgentConfig(BaseModel):
-    """Configuration of one agent run."""
+    """Configuration of one agent run (one declaration per option)."""
 
-    max_turns: int = Field(default=10, ge=1, description="Most model calls per prompt.")
+    max_turns: int = Field(
+        default=10, ge=1, description="Most model calls per prompt.", json_schema_extra=DEFINING
+    )
     ephemeral_system_prompt: str | None = Field(
-        default=None, description="System prompt sent with every call, never stored in the trajectory."
+        default=None,
+        description="System prompt sent with every call, never stored in the trajectory.",
+        json_schema_extra=DEFINING,
     )
     prefill_messages: list[dict[str, str]] = Field(
         default_factory=list,
         description="Few-shot {role, content} messages sent after the system prompt, never stored.",
+        json_schema_extra={**DEFINING, **INTERNAL},
     )
     max_consecutive_tool_errors: int = Field(
-        default=3, ge=1, description="Unknown-tool / invalid-JSON calls in a row that end the run as partial."
+        default=3,
+        ge=1,
+        description="Unknown-tool / invalid-JSON calls in a row that end the run as partial.",
+        json_schema_extra=INTERNAL,
     )
     log_prefix_chars: int = Field(
         default=100, ge=0, description="Preview length of tool calls and results in logs."

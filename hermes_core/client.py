@@ -32,28 +32,51 @@ from pydantic import BaseModel, Field, SecretStr
 
 from hermes_core import cancel
 from hermes_core.exceptions import ConfigError, ModelError, PromptTimeout
+from hermes_core.options import DEFINING, CommaList
 from hermes_core.trajectory import extract_reasoning
 
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
+"""OpenRouter ``reasoning.effort`` values (the reference's, with its newer ``max`` and ``ultra``)."""
 ProviderSort = Literal["price", "throughput", "latency"]
+DEFAULT_MODEL = "anthropic/claude-sonnet-4.6"
+"""The reference batch runner's default model."""
 
 
 class ModelOptions(BaseModel):
-    """What is sent with every request besides messages and tools."""
+    """What is sent with every request besides messages and tools (one declaration per option)."""
 
-    model: str = Field(description="Model id, e.g. anthropic/claude-sonnet-4.6 or mock/scripted.")
-    max_tokens: int | None = Field(
-        default=None, ge=1, description="Per-response token limit; None = model default."
+    model: str = Field(
+        default=DEFAULT_MODEL,
+        description="Model id, e.g. anthropic/claude-sonnet-4.6; mock/... uses the built-in offline model.",
+        json_schema_extra=DEFINING,
     )
-    providers_allowed: list[str] | None = Field(default=None, description="OpenRouter provider.only.")
-    providers_ignored: list[str] | None = Field(default=None, description="OpenRouter provider.ignore.")
-    providers_order: list[str] | None = Field(default=None, description="OpenRouter provider.order.")
-    provider_sort: ProviderSort | None = Field(default=None, description="OpenRouter provider.sort.")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token limit per response (default: the model's).",
+        json_schema_extra=DEFINING,
+    )
+    providers_allowed: CommaList | None = Field(
+        default=None, description="OpenRouter provider.only: providers allowed (comma list)."
+    )
+    providers_ignored: CommaList | None = Field(
+        default=None, description="OpenRouter provider.ignore: providers never used (comma list)."
+    )
+    providers_order: CommaList | None = Field(
+        default=None, description="OpenRouter provider.order: providers tried in this order (comma list)."
+    )
+    provider_sort: ProviderSort | None = Field(
+        default=None, description="OpenRouter provider.sort: price, throughput or latency."
+    )
     reasoning_effort: ReasoningEffort | None = Field(
-        default=None, description="reasoning.effort when enabled."
+        default=None,
+        description="Reasoning effort, sent as reasoning: {enabled: true, effort}.",
+        json_schema_extra=DEFINING,
     )
     reasoning_disabled: bool = Field(
-        default=False, description="Send reasoning {effort: none}; wins over effort."
+        default=False,
+        description="Disable reasoning tokens, sent as reasoning: {effort: none}; wins over the effort.",
+        json_schema_extra=DEFINING,
     )
 
     def extra_body(self) -> dict[str, Any]:

@@ -52,14 +52,14 @@ def prepare_sandboxes_task(run_name: str, jobs: list[PromptJob], backend: str) -
 
 def prepare_sandboxes(
     run_name: str, pending: list[PromptJob], backend: str, ledger: RunLedger
-) -> tuple[list[PromptJob], list[str]]:
+) -> tuple[list[PromptJob], list[dict]]:
     """Flow step: run :func:`prepare_sandboxes_task`, fail the prompts whose image is unavailable.
 
     Each such prompt gets a ``failures.jsonl`` line (error type ``ImageUnavailable``, the
     message naming the image, ``attempts`` 0: nothing was sent to the model).
 
     Returns:
-        (the prompts still to run, prompt ids failed here).
+        (the prompts still to run, the failure lines written here).
 
     Raises:
         EngineUnavailable: the Docker engine cannot be reached (the run must not start).
@@ -74,6 +74,7 @@ def prepare_sandboxes(
         if reason is None:
             runnable.append(job)
         else:
-            ledger.record_failure(job.prompt_id, job.prompt_index, "ImageUnavailable", reason, attempts=0)
-            failed.append(job.prompt_id)
+            failed.append(
+                ledger.record_failure(job.prompt_id, job.prompt_index, "ImageUnavailable", reason, attempts=0)
+            )
     return runnable, failed

@@ -7,7 +7,8 @@ Files under ``data/<run_name>/``:
   rows never go into an old file.
 * ``discarded.jsonl`` - tombstones of samples discarded for lack of reasoning
   (a resume does not pay for them again).
-* ``failures.jsonl`` - one line per failed attempt (error type and message).
+* ``failures.jsonl`` - one line per prompt that failed in an invocation, after its task retries
+  (error type, message, the attempts that ran); earlier invocations' lines stay as history.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
   rewritten atomically after every batch.
 
@@ -29,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hermes_core.redaction import redact
 from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
 
 BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
@@ -205,20 +207,22 @@ class RunLedger:
 
     def record_failure(
         self, prompt_id: str, prompt_index: int, error_type: str, message: str, attempts: int
-    ) -> None:
-        """Append a failure line (the prompt stays pending for a resume or a retry)."""
-        self._append(
-            "failures.jsonl",
-            {
-                "prompt_id": prompt_id,
-                "prompt_index": prompt_index,
-                "error_type": error_type,
-                "message": message,
-                "attempts": attempts,
-                "time": now_iso(),
-            },
-        )
+    ) -> dict[str, Any]:
+        """Append a failure line (the prompt stays pending for a resume or a retry); returns it.
+
+        The message is redacted (:mod:`hermes_core.redaction`): an error can quote a command's output.
+        """
+        line = {
+            "prompt_id": prompt_id,
+            "prompt_index": prompt_index,
+            "error_type": error_type,
+            "message": redact(message),
+            "attempts": attempts,
+            "time": now_iso(),
+        }
+        self._append("failures.jsonl", line)
         self._resolve(prompt_id, "skipped")
+        return line
 
     def write_checkpoint(self) -> None:
         """Rewrite ``checkpoint.json`` atomically from the current state."""

@@ -281,7 +281,7 @@ def test_validation_errors_exit_non_zero_with_one_line(cli):
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "--batch_size" in proc.stderr
     proc = cli("--dataset_file=x.jsonl", "--batch_size=2", "--run_name=r", "--distribution=nope")
-    assert proc.returncode == 2 and "unknown distribution 'nope'" in proc.stderr
+    assert proc.returncode == 2 and "invalid --distribution" in proc.stderr and "(got 'nope')" in proc.stderr
     proc = cli("--dataset_file=x.jsonl", "--batch_size=2", "--run_name=r", "--provider_sort=cheapest")
     assert proc.returncode == 2 and "--provider_sort" in proc.stderr
     listing = cli("--list_distributions")

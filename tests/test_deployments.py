@@ -98,8 +98,9 @@ class Postgres:
 class Stack:
     """Server + deployments + worker; ``api`` is the server's API URL."""
 
-    def __init__(self, root: Path, database_url: str | None):
+    def __init__(self, root: Path, database_url: str | None, plain_deploy: bool):
         self.root = root
+        self.plain_deploy = plain_deploy
         self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/api"
         self.env = {
@@ -110,7 +111,6 @@ class Stack:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "DO_NOT_TRACK": "1",
             "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "HERMES_BATCH_HOME": str(REPO),
             "HERMES_MAX_RETRIES": "1",
         }
         if database_url:
@@ -121,6 +121,7 @@ class Stack:
         log = open(self.root / f"{name}.log", "wb")
         proc = subprocess.Popen(
             [shutil.which("prefect"), *args],
+            cwd=self.root,  # not the checkout: a worker started as a service would be
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -142,14 +143,17 @@ class Stack:
                 self.root / "server.log"
             ).read_text()
             time.sleep(0.5)
-        deploy = subprocess.run(
-            [str(REPO / "deployments" / "deploy.sh")],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
+        if self.plain_deploy:  # Prefect's usual commands, from the checkout, nothing else set
+            prefect = shutil.which("prefect")
+            commands = [[prefect, "work-pool", "create", "hermes-batch", "--type", "process"],
+                        [prefect, "--no-prompt", "deploy", "--all"]]  # fmt: skip
+        else:
+            commands = [[str(REPO / "deployments" / "deploy.sh")]]
+        for command in commands:
+            deploy = subprocess.run(
+                command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=180
+            )
+            assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
         self._spawn("worker", "worker", "start", "--pool", "hermes-batch")
         return self
 
@@ -157,11 +161,11 @@ class Stack:
         for proc in reversed(self.procs):
             _stop(proc)
 
-    def run_deployment(self, name: str, config: dict) -> str:
-        """``prefect deployment run`` with the config parameter; returns the flow run id."""
+    def run_deployment(self, name: str, params: dict) -> str:
+        """``prefect deployment run`` with one ``--param k=v`` per parameter; returns the flow run id."""
+        flags = [arg for key, value in params.items() for arg in ("--param", f"{key}={json.dumps(value)}")]
         proc = subprocess.run(
-            [shutil.which("prefect"), "deployment", "run", f"generate-trajectories/{name}",
-             "--params", json.dumps({"config": config})],
+            [shutil.which("prefect"), "deployment", "run", f"generate-trajectories/{name}", *flags],
             env=self.env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -201,7 +205,7 @@ def stack(request, tmp_path_factory):
         url = database.start()
     else:
         url = None
-    deployed = Stack(root, url)
+    deployed = Stack(root, url, plain_deploy=request.param == "sqlite")  # postgres: deployments/deploy.sh
     try:
         yield deployed.start()
     finally:
@@ -236,7 +240,8 @@ def test_deployment_run_with_parameters(stack, mock_server, tmp_path):
     }
     run = stack.wait(stack.run_deployment("generate", config))
     assert run["state"]["type"] == "COMPLETED", run["state"]
-    assert run["parameters"]["config"]["run_name"] == "deployed"
+    assert run["parameters"]["run_name"] == "deployed"
+    assert run["parameters"]["max_turns"] == 10 and run["parameters"]["num_workers"] == 4  # prefect.yaml's
     rows = _rows(tmp_path / "data" / "deployed" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in rows] == prompts
     assert all(r["completed"] and r["api_calls"] == 3 for r in rows)
@@ -293,7 +298,7 @@ def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
     deployment = _api("GET", f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
     schedules = [s["schedule"] for s in deployment["schedules"]]
     assert schedules == [{"cron": "0 2 * * *", "timezone": "UTC", "day_or": True}]
-    assert deployment["parameters"]["config"]["run_name"] == "nightly-{date}"
+    assert deployment["parameters"]["run_name"] == "nightly-{date}"
 
     gate = tmp_path / "night-provider-down"
     gate.write_text("down")
@@ -303,7 +308,7 @@ def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
         "POST",
         f"{stack.api}/deployments/{deployment['id']}/create_flow_run",
         json={
-            "parameters": {"config": config},
+            "parameters": {**deployment["parameters"], **config},
             "state": {"type": "SCHEDULED", "state_details": {"scheduled_time": scheduled.isoformat()}},
         },
     )

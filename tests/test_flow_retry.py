@@ -34,7 +34,7 @@ def test_retry_of_a_failed_flow_run_reexecutes_only_failed_prompts(prefect_serve
     prompts[4] = f"[mock:fail_file={gate}] retry test prompt 4"
     dataset = tmp_path / "retry.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
-    config = BatchConfig(
+    config = BatchConfig.from_options(
         dataset_file=str(dataset),
         batch_size=4,
         run_name="retry",
@@ -52,11 +52,9 @@ def test_retry_of_a_failed_flow_run_reexecutes_only_failed_prompts(prefect_serve
     ):
         deployment_id = generate_trajectories.to_deployment(name="retry-test").apply()
         with get_client(sync_client=True) as client:
-            flow_run = client.create_flow_run_from_deployment(
-                deployment_id, parameters={"config": config.model_dump(mode="json")}
-            )
+            flow_run = client.create_flow_run_from_deployment(deployment_id, parameters=config.options())
         state = run_flow(
-            generate_trajectories, flow_run=flow_run, parameters={"config": config}, return_type="state"
+            generate_trajectories, flow_run=flow_run, parameters=config.options(), return_type="state"
         )
         assert state.is_failed()
         assert state.message.startswith("2 of 6 prompts failed")
@@ -81,7 +79,7 @@ def test_retry_of_a_failed_flow_run_reexecutes_only_failed_prompts(prefect_serve
             assert result.status.value == "ACCEPT"
             flow_run = client.read_flow_run(flow_run_id)
         retried = run_flow(
-            generate_trajectories, flow_run=flow_run, parameters={"config": config}, return_type="state"
+            generate_trajectories, flow_run=flow_run, parameters=config.options(), return_type="state"
         )
         assert retried.is_completed(), retried.message
         with get_client(sync_client=True) as client:

@@ -197,7 +197,9 @@ def test_the_summary_is_only_this_flow_runs(tmp_path, capsys, same_flow_run):
     from flows.config import BatchConfig
     from flows.console import print_summary
 
-    config = BatchConfig(dataset_file="d.jsonl", batch_size=1, run_name="r", output_dir=str(tmp_path))
+    config = BatchConfig.from_options(
+        dataset_file="d.jsonl", batch_size=1, run_name="r", output_dir=str(tmp_path)
+    )
     this_run = uuid.uuid4()
     stats = {
         "tool_statistics": {}, "reasoning_statistics": {"turns_with_reasoning": 1, "total_assistant_turns": 1,
