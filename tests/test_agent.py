@@ -273,10 +273,10 @@ def test_reasoning_disabled_wins_over_effort():
 def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_path):
     from hermes_core import cancel
     from hermes_core.exceptions import PromptCancelled
-    from tests.conftest import wait_dead
+    from tests.conftest import host_pids_with
 
-    pid_file = tmp_path / "sleeper.pid"
-    prompt = f"[mock:command=sh -c 'echo $$ > {pid_file}; exec sleep 60'] cancel me"
+    marker = f"60.{time.monotonic_ns() % 10**6}"  # a unique sleep argument, seen on the host's /proc
+    prompt = f"[mock:command=sh -c 'exec sleep {marker}'] cancel me"
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -288,15 +288,17 @@ def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_
     worker = threading.Thread(target=run)
     worker.start()
     deadline = time.monotonic() + 20
-    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+    while not host_pids_with(f"sleep\0{marker}") and time.monotonic() < deadline:
         time.sleep(0.05)
-    sleeper = int(pid_file.read_text())
+    assert host_pids_with(f"sleep\0{marker}")
     started = time.monotonic()
     try:
         assert cancel.cancel_running() == 1
         worker.join(timeout=15)
         assert not worker.is_alive() and time.monotonic() - started < 10
-        assert wait_dead(sleeper)
+        while host_pids_with(f"sleep\0{marker}") and time.monotonic() - started < 13:
+            time.sleep(0.05)
+        assert host_pids_with(f"sleep\0{marker}") == []
         assert len(errors) == 1 and isinstance(errors[0], PromptCancelled)
         never = tmp_path / "never-created"
         with pytest.raises(PromptCancelled):  # new prompts refuse while cancelled, before any sandbox
