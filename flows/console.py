@@ -55,7 +55,12 @@ class _ConsoleLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self.display.verbose and record.name.startswith("prefect.task_runs"):
-            return  # per-task lines (a failed prompt's too: the flow logs one line for it) go to the API only
+            # the prompt tasks' lines (a failed prompt's too: the flow logs one line for it) go to the
+            # API only, as do every task's INFO lines; other tasks' warnings are shown
+            if record.levelno < logging.WARNING or str(getattr(record, "task_run_name", "")).startswith(
+                "prompt-"
+            ):
+                return
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record must not break the run

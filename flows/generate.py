@@ -28,6 +28,7 @@ from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
+from hermes_core.environments import isolation_warning
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
@@ -115,7 +116,10 @@ def _generate_trajectories(**options: Any) -> State:
         done_before = len(jobs) - len(pending)
         ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
         backend = config.terminal_env or HermesSettings().terminal_env  # docker: reap leftovers, check images
-        pending, image_failed = prepare_sandboxes(config.run_name, pending, backend, ledger)
+        pending, image_failed = prepare_sandboxes(info.run_id, pending, backend, ledger)
+        isolation = isolation_warning(backend, HermesSettings())
+        if isolation:
+            logger.warning("%s", isolation)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
         start_line = (
@@ -151,7 +155,7 @@ def _generate_trajectories(**options: Any) -> State:
         stats = statistics_task(
             config, merge, index_of, info.total_duration, [f["prompt_id"] for f in failed]
         )
-        _publish(config, stats, failed)
+        _publish(config, stats, failed, warnings=[isolation] if isolation else [])
         progress.announce(
             f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
             f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed"
@@ -356,7 +360,9 @@ def _forget(runner, future, outcome: PromptOutcome | None) -> None:
         events.pop(future.task_run_id, None)
 
 
-def _publish(config: BatchConfig, stats: dict[str, Any], failed: list[dict[str, Any]]) -> None:
+def _publish(
+    config: BatchConfig, stats: dict[str, Any], failed: list[dict[str, Any]], warnings: list[str]
+) -> None:
     """Table artifacts of tool statistics and (when prompts failed) of the failed prompts; a markdown summary."""
     rows = [
         {"tool": tool, **values}
@@ -367,9 +373,8 @@ def _publish(config: BatchConfig, stats: dict[str, Any], failed: list[dict[str, 
         key=artifact_key(config.run_name, "tool-stats"),
         description=f"Tool usage of run {config.run_name}",
     )
-    create_markdown_artifact(
-        markdown=summary_markdown(config, stats), key=artifact_key(config.run_name, "summary")
-    )
+    markdown = summary_markdown(config, stats) + "".join(f"\n> **Warning:** {w}\n" for w in warnings)
+    create_markdown_artifact(markdown=markdown, key=artifact_key(config.run_name, "summary"))
     if failed:
         create_table_artifact(
             table=[

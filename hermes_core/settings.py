@@ -9,12 +9,14 @@ serialised in clear (``model_dump`` shows ``**********``).
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TerminalBackend = Literal["local", "docker", "singularity", "modal"]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class HermesSettings(BaseSettings):
@@ -104,11 +106,28 @@ class HermesSettings(BaseSettings):
         description="Container creations in flight at once in this process (others wait their turn).",
     )
     local_isolation: Literal["none", "bwrap", "auto"] = Field(
-        default="none",
+        default="auto",
         validation_alias=AliasChoices("local_isolation", "HERMES_LOCAL_ISOLATION"),
-        description="Local backend: none (plain subprocesses), bwrap (every command in a bubblewrap sandbox: "
-        "read-only system, only the prompt's directory writable, no network; fails if bwrap is missing) "
-        "or auto (bwrap when installed, else none).",
+        description="Local backend: auto (default: one bubblewrap sandbox per prompt when bwrap is installed "
+        "and works here, else plain subprocesses and one warning per run), bwrap (required: a prompt fails "
+        "when bwrap is missing) or none (plain subprocesses, no warning). In the sandbox the system is "
+        "read-only, only the prompt's folder and its own /tmp are writable, it has its own pid namespace "
+        "and sees no home folder, run folder, other prompt or Docker socket.",
+    )
+    sandbox_network: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("sandbox_network", "HERMES_SANDBOX_NETWORK"),
+        description="Local backend under bubblewrap: give commands the host's network (default, as the "
+        "reference's local backend); false: only a private loopback (bwrap --unshare-net). "
+        "Containers use HERMES_DOCKER_NETWORK instead.",
+    )
+    sandbox_env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("sandbox_env", "HERMES_SANDBOX_ENV"),
+        description="Comma-separated names of host environment variables passed into every sandbox "
+        "(local, docker, singularity, modal), values taken from this process's environment; nothing "
+        "else of the host's environment gets in (local commands also get PATH, HOME, LANG/LC_*, TERM, "
+        "TZ, TMPDIR, USER, SHELL).",
     )
     modal_app_name: str = Field(
         default="hermes-batch",
@@ -322,9 +341,20 @@ class HermesSettings(BaseSettings):
         description="Timeout of one browser command, seconds (navigation gets twice this).",
     )
 
-    @field_validator("moa_reference_models", mode="before")
+    @field_validator("moa_reference_models", "sandbox_env", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("sandbox_env")
+    @classmethod
+    def _variable_names(cls, names: list[str]) -> list[str]:
+        bad = [name for name in names if not _ENV_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(
+                f"HERMES_SANDBOX_ENV must be a comma-separated list of environment variable names "
+                f"(letters, digits, _; not starting with a digit); not valid: {', '.join(map(repr, bad))}"
+            )
+        return names

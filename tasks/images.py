@@ -25,8 +25,8 @@ def image_of(job: PromptJob, settings: HermesSettings) -> str:
 
 
 @task(name="prepare-sandboxes", persist_result=False)
-def prepare_sandboxes_task(run_name: str, jobs: list[PromptJob], backend: str) -> dict[str, str]:
-    """Reap the run's leftover containers and check the images of ``jobs``.
+def prepare_sandboxes_task(run_id: str, jobs: list[PromptJob], backend: str) -> dict[str, str]:
+    """Reap the run's leftover containers (labelled with the run folder's id) and check the images of ``jobs``.
 
     Returns:
         ``{image: reason}`` for images that cannot be used (their prompts must fail); empty
@@ -39,9 +39,9 @@ def prepare_sandboxes_task(run_name: str, jobs: list[PromptJob], backend: str) -
         return {}
     logger = get_run_logger()
     settings = HermesSettings()
-    removed = reap_run_containers(run_name)
+    removed = reap_run_containers(run_id)
     if removed:
-        logger.warning("removed %d container(s) left by an earlier run of %s", len(removed), run_name)
+        logger.warning("removed %d container(s) left by an earlier invocation of this run", len(removed))
     images = sorted({image_of(job, settings) for job in jobs})
     problems = check_images(images, settings)
     for reason in problems.values():
@@ -51,7 +51,7 @@ def prepare_sandboxes_task(run_name: str, jobs: list[PromptJob], backend: str) -
 
 
 def prepare_sandboxes(
-    run_name: str, pending: list[PromptJob], backend: str, ledger: RunLedger
+    run_id: str, pending: list[PromptJob], backend: str, ledger: RunLedger
 ) -> tuple[list[PromptJob], list[dict]]:
     """Flow step: run :func:`prepare_sandboxes_task`, fail the prompts whose image is unavailable.
 
@@ -64,7 +64,7 @@ def prepare_sandboxes(
     Raises:
         EngineUnavailable: the Docker engine cannot be reached (the run must not start).
     """
-    problems = prepare_sandboxes_task(run_name, pending, backend)
+    problems = prepare_sandboxes_task(run_id, pending, backend)
     if not problems:
         return pending, []
     settings = HermesSettings()

@@ -48,6 +48,26 @@ def wait_dead(pid: int, seconds: float = 3.0) -> bool:
     return not process_alive(pid)
 
 
+def host_pids_with(text: str) -> list[int]:
+    """Host pids of live processes whose command line (arguments joined by NUL) contains ``text``.
+
+    Sees processes inside bubblewrap sandboxes too (they are in a child pid namespace).
+    """
+    needle = text.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        if needle in cmdline and process_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def run_args(dataset, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
     """Command-line arguments of a small test run against the mock ``server`` (batch_size 2, terminal_only)."""
     return [

@@ -287,15 +287,18 @@ def _cancel_in_a_child(mock_server, prompt: str, wait_file: str, model: str = "m
 
 
 def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_path):
-    from tests.conftest import wait_dead
+    from tests.conftest import host_pids_with
 
-    pid_file = tmp_path / "sleeper.pid"
-    prompt = f"[mock:command=sh -c 'echo $$ > {pid_file}; exec sleep 60'] cancel me"
-    report = _cancel_in_a_child(mock_server, prompt, str(pid_file))
+    marker = f"60.{time.monotonic_ns() % 10**6}"  # a unique sleep argument, seen on the host's /proc
+    prompt = f"[mock:command=sh -c 'exec sleep {marker}'] cancel me"
+    report = _cancel_in_a_child(mock_server, prompt, f"process:{marker}")
     assert report["closed"] == 1 and report["alive"] is False and report["seconds"] < 10
     assert report["error"] == "PromptCancelled"
     assert report["after_cancel"] == "PromptCancelled"  # new prompts refuse while cancelled
-    assert wait_dead(int(pid_file.read_text()))
+    deadline = time.monotonic() + 3
+    while host_pids_with(f"sleep\0{marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_pids_with(f"sleep\0{marker}") == []
 
 
 def test_cancel_does_not_wait_for_a_hanging_model_request(mock_server):

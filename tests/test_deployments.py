@@ -385,7 +385,7 @@ def _holders(hold: Path) -> list[int]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if proc.info["cmdline"] and any(str(hold) in part for part in proc.info["cmdline"]):
+            if proc.info["cmdline"] and any(hold.name in part for part in proc.info["cmdline"]):
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc.pid)
         except psutil.Error:
@@ -395,15 +395,24 @@ def _holders(hold: Path) -> list[int]:
 
 @pytest.mark.parametrize("stack", ["sqlite"], indirect=True)  # the worker's cancel path does not depend on it
 def test_cancel_like_the_ui_stops_every_prompt_and_a_resume_completes(stack, mock_server, tmp_path):
-    hold = tmp_path / "hold"
+    work = tmp_path / "work"  # the held records' cwd: bound writable into each prompt's sandbox
+    work.mkdir()
+    hold = work / f"hold-{stack.port}"
     hold.write_text("x")
     quick = [f"cancel quick prompt {i} ({stack.port})" for i in range(2)]
     held = [
-        f"[mock:command=while test -f {hold}; do sleep 0.2; done] cancel held {i} ({stack.port})"
+        f"[mock:command=while test -f {hold.name}; do sleep 0.2; done] cancel held {i} ({stack.port})"
         for i in range(4)
     ]
+    dataset = tmp_path / "c.jsonl"
+    dataset.write_text(
+        "".join(
+            json.dumps({"prompt": p, **({"cwd": str(work)} if p in held else {})}) + "\n"
+            for p in quick + held
+        )
+    )
     config = {
-        "dataset_file": _dataset(tmp_path / "c.jsonl", quick + held),
+        "dataset_file": str(dataset),
         "batch_size": 2,
         "run_name": "cancelled",
         "model": "mock/scripted",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 
@@ -18,6 +19,7 @@ from hermes_core.environments import create_environment
 from hermes_core.environments.docker import (
     LABEL_PROMPT,
     LABEL_RUN,
+    LABEL_RUN_ID,
     DockerEnvironment,
     EngineUnavailable,
     ImageUnavailable,
@@ -25,6 +27,7 @@ from hermes_core.environments.docker import (
     reap_run_containers,
 )
 from hermes_core.environments.images import check_images
+from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
 
@@ -62,12 +65,12 @@ def labelled(client: docker.DockerClient, run: str) -> list:
 def test_container_per_prompt_with_labels_limits_cwd_and_teardown(engine):
     s = settings(container_memory_mb=256, container_cpus=0.5, container_pids_limit=64)
     env = create_environment(
-        "docker", image=BUSYBOX, cwd="/app/work", settings=s, run_name="t-env", prompt_id="p7"
+        "docker", image=BUSYBOX, cwd="/app/work", settings=s, run_name="t-env", run_id="rid-1", prompt_id="p7"
     )
     assert isinstance(env, DockerEnvironment)
     with env:
         attrs = engine.containers.get(env.container_id).attrs
-        assert attrs["Config"]["Labels"] == {LABEL_RUN: "t-env", LABEL_PROMPT: "p7"}
+        assert attrs["Config"]["Labels"] == {LABEL_RUN: "t-env", LABEL_RUN_ID: "rid-1", LABEL_PROMPT: "p7"}
         host = attrs["HostConfig"]
         assert host["NetworkMode"] == "none"
         assert (host["Memory"], host["MemorySwap"]) == (256 * 2**20, 256 * 2**20)
@@ -206,24 +209,88 @@ def test_missing_image_fails_clearly_and_pull_failures_name_the_image(engine):
     assert list(problems) == [ABSENT] and "pull" in problems[ABSENT]
 
 
-def test_reap_removes_only_the_named_runs_containers(engine):
-    keep = engine.containers.create(
-        BUSYBOX, ["sleep", "60"], labels={LABEL_RUN: "t-other"}, network_mode="none"
-    )
+def by_run_id(client: docker.DockerClient, run_id: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})
+
+
+def test_reap_removes_only_the_containers_of_that_run_folder(engine):
+    """Two run folders with the same run name: reaping one never touches the other's live containers."""
+    mine, other = f"t-reap-{secrets.token_hex(4)}", f"t-reap-{secrets.token_hex(4)}"
+    envs = [
+        DockerEnvironment(
+            image=BUSYBOX, settings=settings(), run_name="same-name", run_id=run_id, prompt_id=i
+        )
+        for i, run_id in enumerate([mine, mine, mine, other])
+    ]
     try:
-        envs = [
-            DockerEnvironment(image=BUSYBOX, settings=settings(), run_name="t-reap", prompt_id=i)
-            for i in range(3)
-        ]
         for env in envs:
             env.start()
-        assert len(labelled(engine, "t-reap")) == 3
-        assert len(reap_run_containers("t-reap")) == 3
-        assert labelled(engine, "t-reap") == [] and len(labelled(engine, "t-other")) == 1
-        for env in envs:
-            env.close()  # the container is already gone: still fine
+        assert len(by_run_id(engine, mine)) == 3 and len(by_run_id(engine, other)) == 1
+        assert len(reap_run_containers(mine)) == 3
+        assert by_run_id(engine, mine) == [] and len(by_run_id(engine, other)) == 1
+        assert envs[3].execute("echo still-alive").output == "still-alive\n"
+        with pytest.raises(ValueError, match="run_id"):
+            reap_run_containers("")
     finally:
-        keep.remove(force=True)
+        for env in envs:
+            env.close()  # a container already reaped is fine
+    assert by_run_id(engine, other) == []
+
+
+def test_exec_environment_is_the_image_env_plus_the_listed_names(engine, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-" + secrets.token_hex(8))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-" + secrets.token_hex(8))
+    monkeypatch.setenv("FOO_TOKEN", "foo-" + secrets.token_hex(8))
+    monkeypatch.setenv("MY_LISTED", "listed-value")
+    image_env = {line.split("=", 1)[0] for line in engine.images.get(PYTHON).attrs["Config"]["Env"] or []}
+    with DockerEnvironment(image=PYTHON, settings=settings(sandbox_env=["MY_LISTED", "UNSET_NAME"])) as env:
+        out = env.execute("env").output
+    for name in ("OPENROUTER_API_KEY", "AWS_SECRET_ACCESS_KEY", "FOO_TOKEN"):
+        assert os.environ[name] not in out
+    names = {line.split("=", 1)[0] for line in out.splitlines() if "=" in line}
+    added_by_docker_and_shell = {"HOSTNAME", "HOME", "PWD", "SHLVL", "_", "OLDPWD", "HERMES_EXEC_ID"}
+    assert names - image_env - added_by_docker_and_shell == {"MY_LISTED"}
+    assert "MY_LISTED=listed-value" in out.splitlines()
+
+
+def test_close_during_start_leaves_no_container(engine, monkeypatch):
+    """A cancel may close the sandbox from another thread while the engine creates its container."""
+    from docker.models.containers import ContainerCollection
+
+    run_id = f"t-race-{secrets.token_hex(4)}"
+    real_create = ContainerCollection.create
+    envs: list[DockerEnvironment] = []
+
+    def create_then_cancel(self, *args, **kwargs):
+        container = real_create(self, *args, **kwargs)
+        closer = threading.Thread(target=envs[-1].close, kwargs={"interrupted": True})
+        closer.start()  # the cancel lands right after the engine made the container
+        closer.join()
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", create_then_cancel)
+    envs.append(DockerEnvironment(image=BUSYBOX, settings=settings(), run_id=run_id))
+    with pytest.raises(SandboxError, match="closed"):
+        envs[-1].start()
+    assert by_run_id(engine, run_id) == []
+    monkeypatch.setattr(ContainerCollection, "create", real_create)
+    for delay in (0.0, 0.05, 0.15, 0.3, 0.6):  # and at whatever point a real cancel lands
+        env = DockerEnvironment(image=BUSYBOX, settings=settings(), run_id=run_id)
+        starter = threading.Thread(target=lambda env=env: _start_quietly(env))
+        starter.start()
+        time.sleep(delay)
+        env.close(interrupted=True)
+        starter.join(timeout=60)
+        assert by_run_id(engine, run_id) == [], f"leak with close after {delay}s"
+        with pytest.raises(SandboxError, match="closed"):
+            env.start()
+
+
+def _start_quietly(env: DockerEnvironment) -> None:
+    try:
+        env.start()
+    except SandboxError:
+        pass
 
 
 def test_container_starts_are_bounded_without_deadlock(engine, monkeypatch):

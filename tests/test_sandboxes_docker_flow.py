@@ -116,6 +116,40 @@ def test_killed_run_leaves_containers_that_the_next_run_removes(cli, mock_server
 
     resumed = cli(*args, "--resume", env=ENV, timeout=100)  # the hanging requests are not repeated
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "removed 3 container(s) left by an earlier run of dk-killed" in resumed.stdout + resumed.stderr
+    assert (
+        "removed 3 container(s) left by an earlier invocation of this run" in resumed.stdout + resumed.stderr
+    )
     assert labelled(engine, "dk-killed") == []
     assert len(_jsonl(cli.cwd / "data" / "dk-killed" / "trajectories.jsonl")) == 3
+
+
+def _wait_for_containers(engine, run: str, prompts: list[str], proc, server) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = server.stats()["by_conversation"]
+        if len(labelled(engine, run)) == len(prompts) and all(conversation_key(p) in seen for p in prompts):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the containers of {run} never all started")
+
+
+def test_sigterm_removes_every_container_and_a_twin_run_elsewhere_is_left_alone(
+    cli, mock_server, engine, tmp_path
+):
+    prompts = [f"[mock:turns=1,hang_s=120,hang_count=1] twin container {i}" for i in range(2)]
+    dataset = _dataset(cli.cwd / "twin.jsonl", [{"prompt": p} for p in prompts])
+    first = cli.spawn(*_args(dataset, "dk-twin", mock_server, "--num_workers=2"), env=ENV)
+    _wait_for_containers(engine, "dk-twin", prompts, first, mock_server)
+    live = {c.id for c in labelled(engine, "dk-twin")}
+
+    # the same run name in another output folder: its start must not reap the first run's containers
+    other = _dataset(cli.cwd / "other.jsonl", [{"prompt": "[mock:turns=1] twin elsewhere"}])
+    second = cli(*_args(other, "dk-twin", mock_server, f"--output_dir={tmp_path / 'elsewhere'}"), env=ENV)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert {c.id for c in labelled(engine, "dk-twin")} == live
+
+    started = time.monotonic()
+    os.kill(first.pid, signal.SIGTERM)
+    first.wait(timeout=60)
+    assert first.returncode == 130 and time.monotonic() - started < 15
+    assert labelled(engine, "dk-twin") == []  # a stopped run leaves no container

@@ -1,4 +1,4 @@
-"""Local backend with bubblewrap isolation: two prompts cannot read each other's folders or reach the network.
+"""Local backend in its per-prompt bubblewrap sandbox: what a prompt can see, reach and leave running.
 
 Needs ``bwrap`` (Debian ``bubblewrap``), which `.ci/docker-up.sh` installs; skipped locally without it,
 failing in CI (CI=true).
@@ -10,20 +10,25 @@ import json
 import os
 import shutil
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from hermes_core.environments import isolation_warning
+from hermes_core.environments.isolation import bwrap_problem
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
-from tests.conftest import conversation_key
+from tests.conftest import conversation_key, host_pids_with
 
 if not shutil.which("bwrap") and os.environ.get("CI", "").lower() != "true":
     pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
 
 ISOLATED = HermesSettings(local_isolation="bwrap", OPENROUTER_API_KEY="sk-must-not-leak")
+OFFLINE = ISOLATED.model_copy(update={"sandbox_network": False})
 
 
 @pytest.fixture
@@ -39,8 +44,16 @@ def connect_cmd(port: int) -> str:
     return f"(echo hi > /dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reachable || echo unreachable"
 
 
+def test_auto_is_the_default_and_isolates_when_bwrap_works():
+    assert HermesSettings().local_isolation == "auto" and bwrap_problem() is None
+    assert isolation_warning("local", HermesSettings()) is None
+    with LocalEnvironment() as env:
+        assert env.isolated
+        assert env.execute("ls /root /home 2>&1 | wc -l; echo $HOME").output == f"2\n{env.cwd}\n"
+
+
 def test_two_isolated_prompts_cannot_see_each_other_or_the_network(listener):
-    with LocalEnvironment(settings=ISOLATED) as a, LocalEnvironment(settings=ISOLATED) as b:
+    with LocalEnvironment(settings=OFFLINE) as a, LocalEnvironment(settings=OFFLINE) as b:
         a.write_file("secret.txt", b"A's secret")
         assert a.execute("cat secret.txt").output == "A's secret"
         peek = b.execute(f"cat {a.cwd}/secret.txt; ls {a.cwd}; ls /root /home /work 2>&1 | wc -l")
@@ -63,10 +76,91 @@ def test_two_isolated_prompts_cannot_see_each_other_or_the_network(listener):
 
 
 def test_without_isolation_the_same_commands_do_reach_the_host(listener):
-    with LocalEnvironment() as a, LocalEnvironment() as b:
+    plain = HermesSettings(local_isolation="none")
+    with LocalEnvironment(settings=plain) as a, LocalEnvironment(settings=plain) as b:
         a.write_file("secret.txt", b"A's secret")
         assert b.execute(f"cat {a.cwd}/secret.txt").output == "A's secret"
         assert b.execute(connect_cmd(listener)).output == "reachable\n"
+
+
+def test_network_is_on_by_default_and_off_with_the_setting(listener):
+    with LocalEnvironment(settings=ISOLATED) as online, LocalEnvironment(settings=OFFLINE) as offline:
+        assert online.execute(connect_cmd(listener)).output == "reachable\n"
+        assert offline.execute(connect_cmd(listener)).output == "unreachable\n"
+
+
+def test_the_sandbox_hides_the_host_processes_home_run_folder_and_docker_socket(tmp_path, monkeypatch):
+    run_folder = tmp_path / "data" / "run-x"
+    run_folder.mkdir(parents=True)
+    (run_folder / "run.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)  # as the flow: the run folder is under the working directory
+    with LocalEnvironment(settings=ISOLATED) as env:
+        procs = env.execute(
+            "for p in /proc/[0-9]*; do head -c 60 $p/cmdline | tr '\\0\\n' '  '; echo; done"
+        ).output
+        names = [os.path.basename(line.split(" ")[0]) for line in procs.splitlines() if line]
+        assert names[0] == "bwrap" and names[1].startswith("python3"), procs  # its init and its agent
+        assert set(names[2:]) <= {"bash", "head", "tr"}, procs  # then only this command
+        seen = env.execute(
+            f"for p in /root /home /run /var/run /var/run/docker.sock {run_folder} data {tmp_path}; do "
+            '[ -e "$p" ] && echo "visible $p"; done; echo checked'
+        )
+        assert seen.output == "checked\n"
+        caps = env.execute("grep CapEff /proc/self/status").output.split()
+        assert caps == ["CapEff:", "0000000000000000"]
+
+
+def test_a_given_cwd_is_bound_writable(tmp_path):
+    work = tmp_path / "project"
+    with LocalEnvironment(cwd=str(work), settings=ISOLATED) as env:
+        assert env.execute("pwd; echo made > out.txt; echo $HOME").output == f"{work}\n{work}\n"
+        assert env.execute(f"ls {tmp_path}").output == "project\n"  # only the bound folder of its parent
+    assert (work / "out.txt").read_text() == "made\n"
+
+
+def test_background_processes_live_between_commands_and_die_at_close():
+    marker = f"41.{time.monotonic_ns() % 10**6}"
+    env = LocalEnvironment(settings=ISOLATED)
+    env.start()
+    try:
+        pid = env.execute(f"setsid sleep {marker} >/dev/null 2>&1 & echo $!").output.strip()
+        time.sleep(0.2)
+        assert env.execute(f"kill -0 {pid} && echo running").output == "running\n"
+        assert len(host_pids_with(f"sleep\0{marker}")) == 1
+    finally:
+        env.close()
+    end = time.monotonic() + 3
+    while host_pids_with(f"sleep\0{marker}") and time.monotonic() < end:
+        time.sleep(0.05)
+    assert host_pids_with(f"sleep\0{marker}") == []
+    assert host_pids_with(env._sandbox_tmp) == []  # bubblewrap itself is gone too
+
+
+def test_close_during_start_leaves_nothing_running():
+    """A cancel may close the sandbox from another thread while start() builds it."""
+    for delay in (0.0, 0.005, 0.02, 0.05, 0.1, 0.3):
+        env = LocalEnvironment(settings=ISOLATED)
+        errors: list[BaseException] = []
+
+        def start(env=env, errors=errors) -> None:
+            try:
+                env.start()
+            except SandboxError as exc:
+                errors.append(exc)
+
+        starter = threading.Thread(target=start)
+        starter.start()
+        time.sleep(delay)
+        env.close(interrupted=True)
+        starter.join(timeout=30)
+        assert not starter.is_alive()
+        assert not errors or "closed" in str(errors[0]), errors
+        with pytest.raises(SandboxError):
+            env.execute("true")
+        with pytest.raises(SandboxError, match="closed"):
+            env.start()
+        assert env._sandbox_tmp is None or host_pids_with(env._sandbox_tmp) == []
+        assert not env.cwd or not os.path.exists(env.cwd)
 
 
 def test_tools_work_inside_the_bubblewrap_sandbox():
@@ -78,18 +172,43 @@ def test_tools_work_inside_the_bubblewrap_sandbox():
             assert call("patch", path="src/m.py", old_string="x = 1", new_string="x = 2")["success"]
             assert call("search_files", pattern="x = [0-9]")["matches"][0]["content"] == "x = 2"
             assert call("terminal", command="python3 src/m.py && echo ok; pwd")["output"] == f"ok\n{env.cwd}"
+            bg = call("terminal", command="echo started; sleep 30", background=True)
+            time.sleep(0.5)
+            polled = call("process", action="poll", session_id=bg["session_id"])
+            assert polled["status"] == "running" and polled["output_preview"] == "started"
+            assert call("process", action="kill", session_id=bg["session_id"])["status"] == "killed"
+            assert call("process", action="poll", session_id=bg["session_id"])["status"] == "exited"
         finally:
             ctx.close()
 
 
-def test_isolation_bwrap_without_bwrap_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    env = LocalEnvironment(settings=ISOLATED)
+def fake_bwrap(folder: Path, script: str) -> None:
+    """Put an executable ``bwrap`` running ``script`` (sh) in ``folder``."""
+    folder.mkdir(exist_ok=True)
+    fake = folder / "bwrap"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+
+
+def test_without_a_working_bwrap_auto_falls_back_with_one_clear_warning(tmp_path, monkeypatch):
+    fake_bwrap(tmp_path / "bin", 'echo "bwrap: No permissions to create a new namespace" >&2; exit 1')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert "No permissions to create a new namespace" in bwrap_problem()
+    warning = isolation_warning("local", HermesSettings(local_isolation="auto"))
+    assert "isolation is OFF" in warning and "No permissions" in warning
+    assert "apt-get install bubblewrap" in warning and "--terminal_env=docker" in warning
+    assert isolation_warning("local", HermesSettings(local_isolation="none")) is None
+    assert isolation_warning("docker", HermesSettings(local_isolation="auto")) is None
+    with LocalEnvironment(settings=HermesSettings(local_isolation="auto")) as plain:
+        assert not plain.isolated and plain.execute("echo plain").output == "plain\n"
+    required = LocalEnvironment(settings=HermesSettings(local_isolation="bwrap"))
+    with pytest.raises(SandboxError, match="No permissions to create a new namespace"):
+        required.start()
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    assert bwrap_problem() == "bwrap is not installed"
+    assert "bwrap is not installed" in isolation_warning("local", HermesSettings())
     with pytest.raises(SandboxError, match="bwrap is not installed"):
-        env.start()
-    auto = LocalEnvironment(settings=HermesSettings(local_isolation="auto"))
-    with auto:
-        assert auto.execute("echo plain").output == "plain\n"  # auto falls back to plain subprocesses
+        LocalEnvironment(settings=HermesSettings(local_isolation="bwrap")).start()
 
 
 def test_flow_run_with_bubblewrap_isolation(cli, mock_server, tmp_path):
@@ -115,7 +234,7 @@ def test_flow_run_with_bubblewrap_isolation(cli, mock_server, tmp_path):
         f"--base_url={mock_server.base_url}",
         "--distribution=terminal_only",
         "--terminal_env=local",
-        env={"HERMES_LOCAL_ISOLATION": "bwrap"},
+        env={"HERMES_LOCAL_ISOLATION": "bwrap", "HERMES_SANDBOX_NETWORK": "false"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [

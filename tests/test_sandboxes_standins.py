@@ -32,7 +32,7 @@ from hermes_core.settings import HermesSettings
 
 FAKE_APPTAINER = r'''#!/usr/bin/env python3
 """Stand-in for apptainer: logs argv, keeps instance binds in a state folder, runs exec on the host."""
-import json, os, sys
+import json, os, shlex, sys
 state = os.environ["FAKE_APPTAINER_STATE"]
 args = sys.argv[1:]
 with open(os.path.join(state, "log.jsonl"), "a") as log:
@@ -44,6 +44,21 @@ if args[:2] == ["instance", "start"]:
 if args[:2] == ["instance", "stop"]:
     os.remove(os.path.join(state, args[2] + ".json"))
     sys.exit(0)
+if args[0] == "exec":
+    env = dict(os.environ)
+    args = args[1:]
+    while args[0].startswith("--"):  # --cleanenv: only the image's PATH and the --env-file lines
+        flag, args = args[0], args[1:]
+        if flag == "--cleanenv":
+            env = {"PATH": "/usr/bin:/bin"}
+        elif flag == "--env-file":
+            for line in open(args[0]):
+                name, _, value = line.removeprefix("export ").strip().partition("=")
+                env[name] = shlex.split(value)[0]
+            args = args[1:]
+        else:
+            sys.exit("fake apptainer: unsupported exec flag %r" % flag)
+    args = ["exec", *args]
 if args[0] == "exec" and args[1].startswith("instance://"):
     binds = json.load(open(os.path.join(state, args[1][len("instance://"):] + ".json")))
     def host(arg):
@@ -52,7 +67,7 @@ if args[0] == "exec" and args[1].startswith("instance://"):
                 return src + arg[len(dst):]
         return arg
     cmd = [host(a) for a in args[2:]]
-    os.execvp(cmd[0], cmd)
+    os.execvpe(cmd[0], cmd, env)
 sys.exit("fake apptainer: unsupported arguments %r" % (args,))
 '''
 
@@ -97,7 +112,7 @@ def test_singularity_instance_lifecycle_commands_files_and_limits(apptainer):
         ]  # fmt: skip
         result = env.execute("echo out; echo err >&2; exit 4")
         assert (result.returncode, result.output) == (4, "out\nerr\n")
-        assert calls(apptainer)[-1][:4] == ["exec", f"instance://{env.instance}", "sh", "-c"]
+        assert calls(apptainer)[-1][:5] == ["exec", "--cleanenv", f"instance://{env.instance}", "sh", "-c"]
         env.write_file("pkg/data.bin", b"\x00bytes\xff")
         assert (Path(host_dir) / "pkg" / "data.bin").read_bytes() == b"\x00bytes\xff"
         assert env.read_file("pkg/data.bin") == b"\x00bytes\xff"
@@ -114,6 +129,50 @@ def test_singularity_instance_lifecycle_commands_files_and_limits(apptainer):
         assert big.truncated and big.output.startswith("1\n2\n") and big.output.endswith("4999\n5000\n")
     assert calls(apptainer)[-1] == ["instance", "stop", env.instance]
     assert not os.path.exists(host_dir)
+
+
+def test_singularity_commands_get_a_clean_environment_plus_the_listed_names(apptainer, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-host-secret-1234")
+    monkeypatch.setenv("MY_LISTED", "it's, listed")
+    with SingularityEnvironment(image="alpine", settings=HermesSettings(sandbox_env=["MY_LISTED"])) as env:
+        out = env.execute("env").output
+        assert "sk-host-secret-1234" not in out and "MY_LISTED=it's, listed" in out.splitlines()
+        env_file = calls(apptainer)[-1][calls(apptainer)[-1].index("--env-file") + 1]
+        assert "MY_LISTED" in Path(env_file).read_text() and oct(os.stat(env_file).st_mode)[-3:] == "600"
+        assert all("it's" not in arg for arg in calls(apptainer)[-1])  # the value is not on a command line
+    assert not os.path.exists(env_file)
+
+
+def test_singularity_close_during_start_stops_the_instance(apptainer, monkeypatch):
+    """A cancel may close the environment from another thread while ``instance start`` runs."""
+    slow = apptainer.parent / "bin" / "apptainer"
+    slow.write_text(
+        slow.read_text().replace(
+            'if args[:2] == ["instance", "start"]:',
+            'if args[:2] == ["instance", "start"]:\n    import time; time.sleep(1)',
+            1,
+        )
+    )
+    env = SingularityEnvironment(image="alpine")
+    errors: list[BaseException] = []
+    starter = threading.Thread(target=lambda: _catch(env.start, errors))
+    starter.start()
+    time.sleep(0.5)
+    env.close(interrupted=True)
+    starter.join(timeout=30)
+    assert len(errors) == 1 and "closed" in str(errors[0])
+    started = [c for c in calls(apptainer) if c[:2] == ["instance", "start"]]
+    stopped = [c for c in calls(apptainer) if c[:2] == ["instance", "stop"]]
+    assert len(started) == 1 and stopped == [["instance", "stop", started[0][-1]]]
+    with pytest.raises(SandboxError, match="closed"):
+        env.start()
+
+
+def _catch(fn, errors: list) -> None:
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        errors.append(exc)
 
 
 def test_singularity_network_setting_and_missing_binary(apptainer, monkeypatch):
@@ -159,9 +218,10 @@ class _Writer:
 class FakeProcess:
     """ContainerProcess stand-in: a host process group killed at the exec timeout (as Modal does)."""
 
-    def __init__(self, argv: list[str], timeout: int | None):
+    def __init__(self, argv: list[str], timeout: int | None, env: dict):
         self._proc = subprocess.Popen(
             argv,
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -194,8 +254,8 @@ class FakeProcess:
 
 
 class FakeSandbox:
-    def __init__(self, root: str, record: dict):
-        self.root, self.record, self.terminated = root, record, False
+    def __init__(self, root: str, record: dict, env: dict):
+        self.root, self.record, self.terminated, self.env = root, record, False, env
 
     def exec(self, *argv: str, timeout: int | None = None, text: bool = True) -> FakeProcess:
         assert not self.terminated and text is False
@@ -203,7 +263,7 @@ class FakeSandbox:
         host = [
             self.root + a if a.startswith("/workspace") else a for a in argv
         ]  # the sandbox's / is the root dir
-        return FakeProcess(host, timeout)
+        return FakeProcess(host, timeout, self.env)
 
     def terminate(self) -> None:
         self.terminated = True
@@ -227,14 +287,26 @@ def make_fake_modal(record: dict) -> types.ModuleType:
 
     class Sandbox:
         @staticmethod
-        def create(*args, app, image, timeout: int, cpu: float, memory: int, block_network: bool):
+        def create(
+            *args, app, image, timeout: int, cpu: float, memory: int, block_network: bool, secrets: list = ()
+        ):
             record["create"] = {
                 "args": args, "app": app, "image": image, "timeout": timeout,
                 "cpu": cpu, "memory": memory, "block_network": block_network,
             }  # fmt: skip
-            return FakeSandbox(tempfile.mkdtemp(prefix="fake-modal-"), record)
+            if secrets:
+                record["secrets"] = secrets
+            env = {"PATH": "/usr/bin:/bin"}  # the image's environment, then the secrets'
+            for secret in secrets:
+                env.update(secret[1])
+            return FakeSandbox(tempfile.mkdtemp(prefix="fake-modal-"), record, env)
 
-    modal.App, modal.Image, modal.Sandbox = App, Image, Sandbox
+    class Secret:
+        @staticmethod
+        def from_dict(env_dict: dict):
+            return ("secret", dict(env_dict))
+
+    modal.App, modal.Image, modal.Sandbox, modal.Secret = App, Image, Sandbox, Secret
     return modal
 
 
@@ -266,6 +338,39 @@ def test_modal_sandbox_lifecycle_commands_files_and_limits(monkeypatch):
     assert record["terminated"] is True
     with pytest.raises(SandboxError, match="not running"):
         env.execute("true")
+
+
+def test_modal_sandbox_gets_only_the_listed_names(monkeypatch):
+    record: dict = {}
+    monkeypatch.setitem(sys.modules, "modal", make_fake_modal(record))
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-host-secret-1234")
+    monkeypatch.setenv("MY_LISTED", "listed-value")
+    with create_environment(
+        "modal", image="alpine", settings=HermesSettings(sandbox_env=["MY_LISTED"])
+    ) as env:
+        out = env.execute("env").output
+    assert record["secrets"] == [("secret", {"MY_LISTED": "listed-value"})]
+    assert "MY_LISTED=listed-value" in out.splitlines() and "sk-host-secret-1234" not in out
+    record.clear()
+    with create_environment("modal", image="alpine", settings=HermesSettings(sandbox_env=[])):
+        assert "secrets" not in record
+
+
+def test_modal_close_during_create_terminates_the_sandbox(monkeypatch):
+    record: dict = {}
+    modal = make_fake_modal(record)
+    real_create = modal.Sandbox.create
+    env = create_environment("modal", image="alpine")
+
+    def create_while_closed(*args, **kwargs):
+        env.close(interrupted=True)  # the cancel lands while Modal builds the sandbox
+        return real_create(*args, **kwargs)
+
+    modal.Sandbox.create = staticmethod(create_while_closed)
+    monkeypatch.setitem(sys.modules, "modal", modal)
+    with pytest.raises(SandboxError, match="closed"):
+        env.start()
+    assert record["terminated"] is True
 
 
 def test_modal_network_setting_and_missing_sdk(monkeypatch):

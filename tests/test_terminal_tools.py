@@ -1,8 +1,15 @@
-"""Toolset terminal (terminal, process) through the registry against a real LocalEnvironment."""
+"""Toolset terminal (terminal, process) through the registry against a real LocalEnvironment.
+
+The tools run twice: on plain subprocesses and in the per-prompt bubblewrap sandbox (where
+background processes must live on between commands). Pids are the environment's own (the
+sandbox's pid namespace), so liveness is checked inside it with ``kill -0``.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 
 import pytest
@@ -11,12 +18,15 @@ from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import PromptTimeout
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, TOOLSETS, ToolContext
-from tests.conftest import process_alive, wait_dead
 
 
-@pytest.fixture
-def ctx():
-    settings = HermesSettings(terminal_timeout=20, terminal_output_max_chars=10_000)
+@pytest.fixture(params=["none", "bwrap"])
+def ctx(request):
+    if request.param == "bwrap" and not shutil.which("bwrap") and os.environ.get("CI", "").lower() != "true":
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    settings = HermesSettings(
+        local_isolation=request.param, terminal_timeout=20, terminal_output_max_chars=10_000
+    )
     with LocalEnvironment(settings=settings) as env:
         context = ToolContext(env=env, settings=settings)
         try:
@@ -27,6 +37,20 @@ def ctx():
 
 def call(ctx: ToolContext, name: str, **arguments) -> dict:
     return json.loads(REGISTRY[name].invoke(ctx, arguments))
+
+
+def alive(ctx: ToolContext, pid: int) -> bool:
+    """True when ``pid`` runs in the prompt's environment (a zombie counts as dead)."""
+    state = ctx.env.execute(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null").output.strip()
+    return state not in ("", "Z", "X")
+
+
+def dies(ctx: ToolContext, pid: int, seconds: float = 3.0) -> bool:
+    """Wait up to ``seconds`` for ``pid`` to end in the prompt's environment; True when it did."""
+    end = time.monotonic() + seconds
+    while alive(ctx, pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not alive(ctx, pid)
 
 
 def test_toolset_and_schemas():
@@ -162,11 +186,11 @@ def test_wait_times_out_then_kill_and_list(ctx):
 
     killed = call(ctx, "process", action="kill", session_id=first["session_id"])
     assert killed["status"] == "killed"
-    assert wait_dead(first["pid"])
+    assert dies(ctx, first["pid"])
     poll = call(ctx, "process", action="poll", session_id=first["session_id"])
     assert poll["status"] == "exited" and poll["exit_code"] == 137
     assert call(ctx, "process", action="kill", session_id=first["session_id"])["status"] == "already_exited"
-    assert process_alive(second["pid"])
+    assert alive(ctx, second["pid"])
 
 
 def test_process_errors(ctx):
@@ -193,7 +217,7 @@ def test_cleanup_kills_leftovers(ctx):
     assert len(ctx.cleanups) == 1
     call(ctx, "terminal", command="sleep 30", background=True)
     assert len(ctx.cleanups) == 1  # one cleanup per prompt, not per process
-    assert process_alive(started["pid"]) and process_alive(grandchild)
+    assert alive(ctx, started["pid"]) and alive(ctx, grandchild)
     ctx.close()
-    assert wait_dead(started["pid"]) and wait_dead(grandchild)
+    assert dies(ctx, started["pid"]) and dies(ctx, grandchild)
     assert ctx.env.execute(f"test -e {state_dir}").returncode == 1

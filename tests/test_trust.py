@@ -27,8 +27,8 @@ MODEL_KEY = "sk-or-v1-trust-test-0d5f1e2a9b7c"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYtrust-test"
 
 
-def _write(path: Path, prompts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+def _write(path: Path, prompts: list[str], **fields) -> Path:
+    path.write_text("".join(json.dumps({"prompt": p, **fields}) + "\n" for p in prompts), encoding="utf-8")
     return path
 
 
@@ -57,6 +57,8 @@ def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key
     prompts = [
         "[mock:command=env] show the environment",
         "[mock:command=cat /proc/$PPID/environ] show the parent's environment",
+        # the grandparent of a plain local command is this run's Python process, with the keys
+        "[mock:command=cat /proc/$(awk '{print $4}' /proc/$PPID/stat)/environ] show the run's environment",
     ]
     dataset = _write(cli.cwd / "secrets.jsonl", prompts)
     log = tmp_path / "requests.jsonl"
@@ -74,26 +76,26 @@ def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = cli.cwd / "data" / f"secrets-{key_from}"
     rows = {r["conversations"][1]["value"]: r for r in _jsonl(run / "trajectories.jsonl")}
-    env_output = rows[prompts[0]]["conversations"][3]["value"]
-    parent_output = rows[prompts[1]]["conversations"][3]["value"]
-    assert "PATH=" in env_output  # the commands really ran
-    assert "[REDACTED]" in parent_output  # the parent's environment holds secrets: they were cut out
+    env_output, parent_output, run_output = (rows[p]["conversations"][3]["value"] for p in prompts)
+    assert "PATH=" in env_output and "PATH=" in parent_output  # the commands really ran
+    assert "[REDACTED]" not in env_output + parent_output  # allow-listed environments: nothing to cut
+    assert "PREFECT_API_URL=" in run_output and "[REDACTED]" in run_output  # the keys there were cut out
 
     secrets = [MODEL_KEY.encode(), AWS_SECRET.encode()]
     for path, data in _all_bytes(run):
         assert not any(s in data for s in secrets), path
     assert not any(s.decode() in proc.stdout + proc.stderr for s in secrets)
     bodies = log.read_bytes()
-    assert bodies.count(b'"body"') >= 6 and conversation_key(prompts[1]).encode() in bodies
+    assert bodies.count(b'"body"') >= 9 and conversation_key(prompts[2]).encode() in bodies
     assert not any(s in bodies for s in secrets)  # nothing secret was sent to the provider
 
 
 def _holders(hold: Path) -> list[psutil.Process]:
-    """Live processes whose command line waits on the ``hold`` file."""
+    """Live processes (in sandboxes too) whose command line waits on the ``hold`` file."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if proc.info["cmdline"] and any(str(hold) in part for part in proc.info["cmdline"]):
+            if proc.info["cmdline"] and any(hold.name in part for part in proc.info["cmdline"]):
                 if proc.status() != psutil.STATUS_ZOMBIE:
                     found.append(proc)
         except psutil.Error:
@@ -102,13 +104,15 @@ def _holders(hold: Path) -> list[psutil.Process]:
 
 
 def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server, tmp_path):
-    hold = tmp_path / "hold"
+    work = tmp_path / "work"  # the records' cwd: bound writable into each prompt's sandbox
+    work.mkdir()
+    hold = work / f"hold-{os.getpid()}-{time.monotonic_ns()}"
     hold.write_text("x")
     quick = ["sigterm quick prompt 0", "sigterm quick prompt 1"]
     held = [
-        f"[mock:command=while test -f {hold}; do sleep 0.2; done] sigterm held prompt {i}" for i in range(4)
+        f"[mock:command=while test -f {hold.name}; do sleep 0.2; done] sigterm held {i}" for i in range(4)
     ]
-    dataset = _write(cli.cwd / "sigterm.jsonl", quick + held)
+    dataset = _write(cli.cwd / "sigterm.jsonl", quick + held, cwd=str(work))
     args = run_args(dataset, "sigterm", mock_server, "--num_workers=4")
     proc = cli.spawn(*args)
     run = cli.cwd / "data" / "sigterm"

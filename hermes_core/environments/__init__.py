@@ -1,8 +1,8 @@
 """Per-prompt sandboxes behind one small protocol, chosen by name and imported lazily.
 
 Every backend implements :class:`Environment`; none inherits from it. Backends:
-``local`` (a fresh temporary directory per prompt, plain subprocesses, optionally
-bubblewrap), ``docker`` (a container per prompt), ``singularity`` (an Apptainer
+``local`` (a fresh temporary directory per prompt, in a bubblewrap sandbox when bwrap
+works here, else plain subprocesses: :func:`isolation_warning`), ``docker`` (a container per prompt), ``singularity`` (an Apptainer
 instance per prompt) and ``modal`` (a Modal Sandbox per prompt); see docs/sandboxes.md.
 
 Examples:
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import posixpath
+import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -106,6 +107,8 @@ class ContainerSandbox(SandboxLifecycle):
         image: image of the sandbox; None: ``settings.terminal_docker_image``.
         settings: default ``HermesSettings()``.
         run_name, prompt_id: the run and prompt the sandbox belongs to (labels, logs).
+        run_id: unique id of the run folder (its run.json), so that leftovers are reaped per
+            run folder, not per run name (docker's ``hermes-batch.run-id`` label).
         **_ignored: options of other backends, accepted and ignored.
     """
 
@@ -116,6 +119,7 @@ class ContainerSandbox(SandboxLifecycle):
         settings: HermesSettings | None = None,
         run_name: str = "",
         prompt_id: str | int = "",
+        run_id: str = "",
         **_ignored: object,
     ):
         self.settings = settings or HermesSettings()
@@ -123,7 +127,9 @@ class ContainerSandbox(SandboxLifecycle):
         self.cwd = container_cwd(cwd)
         self.run_name = run_name
         self.prompt_id = str(prompt_id)
+        self.run_id = run_id
         self._closed = False
+        self._state_lock = threading.Lock()
 
 
 # name -> "module:Class"; modules are imported only when chosen.
@@ -140,7 +146,8 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
 
     Args:
         backend: a key of :data:`BACKENDS`.
-        **kwargs: passed to the backend's constructor (``cwd``, ``image``, ``settings`` ...).
+        **kwargs: passed to the backend's constructor (``cwd``, ``image``, ``settings``,
+            ``run_name``, ``run_id``, ``prompt_id`` ...); every backend accepts them all.
 
     Raises:
         ConfigError: unknown backend name (the message lists the choices).
@@ -155,6 +162,8 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
     return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 
 
+from hermes_core.environments.isolation import isolation_warning  # noqa: E402 - needs the classes above
+
 __all__ = [
     "BACKENDS",
     "CONTAINER_WORKDIR",
@@ -164,4 +173,5 @@ __all__ = [
     "SandboxLifecycle",
     "container_cwd",
     "create_environment",
+    "isolation_warning",
 ]

@@ -1,9 +1,11 @@
 """Backend ``docker``: one container per prompt, driven through the Docker Engine API (PyPI ``docker``).
 
 The container runs ``sleep`` under Docker's init (``init=True``) and every command is a
-``docker exec`` of a small ``sh`` wrapper. It is labelled ``hermes-batch.run=<run name>``
-and ``hermes-batch.prompt=<prompt id>`` so that :func:`reap_run_containers` can remove what
-a crashed run left behind. Defaults: no network (``network_mode="none"``), memory / CPU /
+``docker exec`` of a small ``sh`` wrapper. It is labelled ``hermes-batch.run=<run name>``,
+``hermes-batch.run-id=<run folder's id>`` and ``hermes-batch.prompt=<prompt id>`` so that
+:func:`reap_run_containers` can remove what a crashed run of the same run folder left behind
+(two run folders with the same run name never reap each other's containers). Commands see
+the image's environment plus only the names listed in ``HERMES_SANDBOX_ENV``. Defaults: no network (``network_mode="none"``), memory / CPU /
 process-count limits from :class:`~hermes_core.settings.HermesSettings`, ``no-new-privileges``.
 
 Timeouts are enforced from this side, not with ``timeout(1)`` inside the image (busybox's
@@ -45,13 +47,14 @@ import requests
 from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
+from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import SandboxError
 
 logger = logging.getLogger(__name__)
 
 LABEL_RUN = "hermes-batch.run"
+LABEL_RUN_ID = "hermes-batch.run-id"
 LABEL_PROMPT = "hermes-batch.prompt"
-"""Working directory of a prompt whose record names no ``cwd``."""
 
 _KEEPER = ["sleep", "2147483647"]
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
@@ -137,20 +140,28 @@ def ping_engine() -> str:
         raise EngineUnavailable(f"Docker engine stopped answering: {exc}") from None
 
 
-def reap_run_containers(run_name: str) -> list[str]:
-    """Force-remove every container labelled with ``run_name`` (left by an earlier, crashed run).
+def reap_run_containers(run_id: str) -> list[str]:
+    """Force-remove every container labelled ``hermes-batch.run-id=<run_id>`` (left by a crashed run).
 
-    Call it before a run starts its prompts: it does not spare containers of a run in progress.
+    Call it before a run starts its prompts: it does not spare containers of a run in progress
+    with the same run folder. Containers of other run folders (even with the same run name)
+    are left alone.
+
+    Args:
+        run_id: the run folder's unique id (stored in its run.json); must not be empty.
 
     Returns:
         Short ids of the removed containers.
 
     Raises:
+        ValueError: ``run_id`` is empty (it would match nothing useful).
         EngineUnavailable: the engine cannot be reached.
     """
+    if not run_id:
+        raise ValueError("reap_run_containers needs the run folder's run_id (empty given)")
     client = docker_client()
     try:
-        found = client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_name}"})
+        found = client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})
     except _ENGINE_ERRORS as exc:
         raise EngineUnavailable(f"cannot list containers: {exc}") from None
     removed = []
@@ -196,6 +207,18 @@ def _remove_live_containers() -> None:
             pass
 
 
+def _remove(container) -> None:
+    """Force-remove ``container`` and forget it; a container already gone is fine. Never raises."""
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except Exception as exc:  # noqa: BLE001 - teardown never raises; the next run reaps it
+        logger.warning("could not remove container %s: %s", container.short_id, exc)
+    with _live_lock:
+        _live.pop(container.id, None)
+
+
 # -- the environment ---------------------------------------------------------------------
 
 
@@ -208,6 +231,7 @@ class DockerEnvironment(ContainerSandbox):
         image: image of the container (the record's ``image``); None: ``settings.terminal_docker_image``.
         settings: limits, network, timeouts and the output bound; default ``HermesSettings()``.
         run_name: value of the ``hermes-batch.run`` label.
+        run_id: value of the ``hermes-batch.run-id`` label (the run folder's unique id).
         prompt_id: value of the ``hermes-batch.prompt`` label.
         **_ignored: options of other backends, accepted and ignored.
 
@@ -228,6 +252,9 @@ class DockerEnvironment(ContainerSandbox):
     def start(self) -> None:
         """Create and start the container (bounded by ``settings.docker_max_concurrent_starts``). Idempotent.
 
+        Safe against :meth:`close` called from another thread meanwhile: a container created
+        after (or while) close ran is removed at once and SandboxError is raised.
+
         Raises:
             ImageUnavailable: the image is absent and cannot be pulled (see :func:`~hermes_core.environments.images.ensure_image`).
             EngineUnavailable: the engine cannot be reached.
@@ -242,14 +269,17 @@ class DockerEnvironment(ContainerSandbox):
         self._client = docker_client()
         ensure_image(self.image, self.settings)
         s = self.settings
+        labels = {LABEL_RUN: self.run_name, LABEL_RUN_ID: self.run_id, LABEL_PROMPT: self.prompt_id}
         with _start_slots(s.docker_max_concurrent_starts):
+            if self._closed:
+                raise SandboxError("environment closed while it started")
             try:
                 container = self._client.containers.create(
                     self.image,
                     entrypoint=_KEEPER[:1],
                     command=_KEEPER[1:],
                     working_dir=self.cwd,
-                    labels={LABEL_RUN: self.run_name, LABEL_PROMPT: self.prompt_id},
+                    labels=labels,
                     network_mode=None if s.docker_network else "none",
                     mem_limit=f"{s.container_memory_mb}m",
                     memswap_limit=f"{s.container_memory_mb}m",
@@ -263,34 +293,36 @@ class DockerEnvironment(ContainerSandbox):
                 raise ImageUnavailable(self.image, "not present in the engine") from None
             except _ENGINE_ERRORS as exc:
                 raise SandboxError(f"cannot create a container from {self.image!r}: {exc}") from None
-            with _live_lock:
-                _live[container.id] = container
-            self._container, self.container_id = container, container.id
+            with self._state_lock:
+                closed = self._closed
+                if not closed:
+                    with _live_lock:
+                        _live[container.id] = container
+                    self._container, self.container_id = container, container.id
+            if closed:  # close() ran while the engine created it: it must not outlive us
+                _remove(container)
+                raise SandboxError("environment closed while it started")
             try:
                 container.start()
             except _ENGINE_ERRORS as exc:
                 self.close()
                 raise SandboxError(f"cannot start the container of {self.image!r}: {exc}") from None
+        if self._closed:
+            raise SandboxError("environment closed while it started")
 
     def close(self, interrupted: bool = False) -> None:
         """Force-remove the container (every process in it dies). Idempotent; never raises.
 
-        ``interrupted`` is accepted for protocol compatibility (teardown is the same).
+        Safe from another thread while :meth:`start` runs (see there). ``interrupted`` is
+        accepted for protocol compatibility (teardown is the same).
         """
-        if self._closed:
-            return
-        self._closed = True
-        container, self._container = self._container, None
-        if container is None:
-            return
-        try:
-            container.remove(force=True)
-        except docker.errors.NotFound:
-            pass
-        except Exception as exc:  # noqa: BLE001 - teardown never raises; the next run reaps it
-            logger.warning("could not remove container %s: %s", container.short_id, exc)
-        with _live_lock:
-            _live.pop(container.id, None)
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            container, self._container = self._container, None
+        if container is not None:
+            _remove(container)
 
     # -- commands ----------------------------------------------------------------------
 
@@ -332,15 +364,15 @@ class DockerEnvironment(ContainerSandbox):
 
         Returns (exit code, timed out). Raises SandboxError when the engine fails.
         """
-        if self._container is None or self._closed:
+        container = self._container
+        if container is None or self._closed:
             raise SandboxError("environment is not running (call start() first; close() ends it)")
         api = self._client.api
         token = secrets.token_hex(12)
         deadline = time.monotonic() + max(timeout, 0.0)
+        environment = {**listed_environment(self.settings), "HERMES_EXEC_ID": token}
         try:
-            exec_id = api.exec_create(
-                self._container.id, argv, workdir="/", environment={"HERMES_EXEC_ID": token}
-            )["Id"]
+            exec_id = api.exec_create(container.id, argv, workdir="/", environment=environment)["Id"]
             sock = api.exec_start(exec_id, socket=True)
         except _ENGINE_ERRORS as exc:
             raise SandboxError(f"docker exec failed: {exc}") from None
@@ -432,8 +464,11 @@ class DockerEnvironment(ContainerSandbox):
 
     def _kill(self, token: str) -> None:
         """SIGKILL every process of the exec marked with ``token`` (children included)."""
+        container = self._container
+        if container is None:
+            return  # closed: the container and every process in it are gone
         try:
-            self._container.exec_run(["sh", "-c", _KILL_SH, "hermes-kill", token])
+            container.exec_run(["sh", "-c", _KILL_SH, "hermes-kill", token])
         except _ENGINE_ERRORS as exc:
             logger.warning("could not kill a timed-out command: %s", exc)
 
@@ -484,8 +519,11 @@ class DockerEnvironment(ContainerSandbox):
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
             tar.addfile(member, io.BytesIO(data))
+        container = self._container
+        if container is None:
+            raise SandboxError("environment is not running (close() ended it)")
         try:
-            self._container.put_archive(lines[-2], archive.getvalue())
+            container.put_archive(lines[-2], archive.getvalue())
         except docker.errors.APIError as exc:
             raise PermissionError(13, f"cannot write: {exc.explanation or exc}", path) from None
         except _ENGINE_ERRORS as exc:
@@ -495,6 +533,7 @@ class DockerEnvironment(ContainerSandbox):
 __all__ = [
     "LABEL_PROMPT",
     "LABEL_RUN",
+    "LABEL_RUN_ID",
     "DockerEnvironment",
     "EngineUnavailable",
     "ImageUnavailable",

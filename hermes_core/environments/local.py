@@ -1,15 +1,21 @@
-"""Backend ``local``: a fresh temporary directory per prompt and plain subprocesses.
+"""Backend ``local``: a fresh temporary directory per prompt, isolated by bubblewrap when it can be.
 
 Several prompts run in one process (threads), so nothing here changes process-wide
-state: no ``os.chdir``, no environment mutation. Each command runs in its own
-process group (``start_new_session=True``) so a timeout or :meth:`LocalEnvironment.close`
-kills the whole tree, grandchildren included.
+state: no ``os.chdir``, no environment mutation.
 
-Isolation (``settings.local_isolation``): with ``bwrap`` each command runs in a
-bubblewrap sandbox: read-only ``/usr`` and ``/etc``, the prompt's directory and a
-private ``/tmp`` writable, nothing else of the host visible, no network, a clean
-environment (no API keys), its own PID namespace (so background processes end with
-their command). The file methods see the same view.
+Isolation (``settings.local_isolation``, see :mod:`hermes_core.environments.isolation`): under
+bubblewrap (``auto`` with a working ``bwrap``, or ``bwrap``) each prompt gets one long-lived
+sandbox (:class:`~hermes_core.environments._bwrap.BwrapSandbox`): read-only system, only the
+prompt's folder (its ``HOME`` and working directory) and a private ``/tmp`` writable, its own
+pid namespace, no host home folders, run folder, other prompts or Docker socket; network as
+``settings.sandbox_network``. Background processes live on between commands; :meth:`close`
+kills every process of the prompt. The file methods see the same view. Without bubblewrap
+(``none``, or ``auto`` where it cannot run) commands are plain host subprocesses.
+
+Either way a command runs in its own process group (killed as a whole on timeout) and gets
+only an allow-listed environment (:func:`~hermes_core.environments.sandbox_env.local_environment`):
+no API key or other secret of this process. In plain mode its parent is a small ``sh`` with
+that environment, so ``/proc/$PPID/environ`` shows nothing more.
 
 Examples:
     >>> with LocalEnvironment() as env:
@@ -30,6 +36,9 @@ import threading
 import time
 
 from hermes_core.environments import ExecResult, SandboxLifecycle
+from hermes_core.environments._bwrap import BwrapSandbox
+from hermes_core.environments.isolation import uses_bwrap
+from hermes_core.environments.sandbox_env import local_environment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 
@@ -38,6 +47,8 @@ _QUIET = 0.05
 """After the shell exits, stop reading once the pipe is silent this long (seconds)."""
 _DRAIN_MAX = 1.0
 """After the shell exits, stop reading after this long even if a leftover child still writes."""
+_KILL_WAIT = 10.0
+"""Longest wait for a killed command's exit status, seconds."""
 
 
 class _BoundedOutput:
@@ -81,23 +92,37 @@ class LocalEnvironment(SandboxLifecycle):
 
     Args:
         cwd: working directory of the prompt (the record's ``cwd``). Created if missing
-            and kept at :meth:`close`. None: a fresh ``hermes-*`` temporary directory,
-            removed at :meth:`close`.
-        settings: timeouts and the output bound; default ``HermesSettings()``.
+            and kept at :meth:`close`; under bubblewrap it is bound writable. None: a fresh
+            ``hermes-*`` temporary directory, removed at :meth:`close`.
+        settings: isolation, network, ``sandbox_env``, timeouts and the output bound;
+            default ``HermesSettings()``.
+        environment: the exact environment of every command, for trusted host tools only (the
+            singularity backend runs ``apptainer`` this way); it also turns isolation off.
+            None: the sandbox allow-list.
         **_ignored: backend-neutral options of other backends (``image``, ``run_name``,
-            ``prompt_id`` ...), accepted and ignored.
+            ``run_id``, ``prompt_id`` ...), accepted and ignored.
 
     Attributes:
-        cwd: absolute working directory ("" until :meth:`start`).
+        cwd: absolute working directory ("" until :meth:`start`); also the commands' ``HOME``.
+        isolated: True once :meth:`start` put the prompt in a bubblewrap sandbox.
     """
 
-    def __init__(self, cwd: str | None = None, settings: HermesSettings | None = None, **_ignored: object):
+    def __init__(
+        self,
+        cwd: str | None = None,
+        settings: HermesSettings | None = None,
+        environment: dict[str, str] | None = None,
+        **_ignored: object,
+    ):
         self.settings = settings or HermesSettings()
         self._requested_cwd = cwd
+        self._environment = environment
         self.cwd = ""
+        self.isolated = False
         self._tempdir: str | None = None
-        self._bwrap = _bwrap_path(self.settings.local_isolation)
         self._sandbox_tmp: str | None = None  # host folder seen as /tmp inside the bubblewrap sandbox
+        self._sandbox: BwrapSandbox | None = None
+        self._env: dict[str, str] = {}
         self._groups: set[int] = set()
         self._lock = threading.Lock()
         self._started = False
@@ -107,55 +132,91 @@ class LocalEnvironment(SandboxLifecycle):
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the working directory. Idempotent.
+        """Create the working directory and, under isolation, the prompt's bubblewrap sandbox. Idempotent.
+
+        Safe against :meth:`close` called from another thread meanwhile: then nothing is left
+        running or created, and SandboxError is raised.
 
         Raises:
             SandboxError: the directory cannot be created, the environment was closed, or
-                bubblewrap isolation was asked for and bwrap is missing or cannot run here.
+                bubblewrap isolation is required (``HERMES_LOCAL_ISOLATION=bwrap``) and bwrap is
+                missing or cannot build a sandbox here.
         """
         if self._closed:
             raise SandboxError("environment already closed")
         if self._started:
             return
+        isolate = self._environment is None and uses_bwrap(self.settings)
+        bwrap = shutil.which("bwrap") if isolate else None
+        if isolate and not bwrap:
+            raise SandboxError(
+                "HERMES_LOCAL_ISOLATION=bwrap but bwrap is not installed "
+                "(apt-get install bubblewrap, or HERMES_LOCAL_ISOLATION=none)"
+            )
         try:
             if self._requested_cwd:
-                self.cwd = os.path.abspath(os.path.expanduser(self._requested_cwd))
-                os.makedirs(self.cwd, exist_ok=True)
+                cwd = os.path.realpath(os.path.expanduser(self._requested_cwd))
+                os.makedirs(cwd, exist_ok=True)
             else:
-                self._tempdir = os.path.realpath(tempfile.mkdtemp(prefix="hermes-"))
-                self.cwd = self._tempdir
+                cwd = self._keep("_tempdir", os.path.realpath(tempfile.mkdtemp(prefix="hermes-")))
+            self.cwd = cwd
+            if isolate:
+                tmp = self._keep("_sandbox_tmp", os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-")))
         except OSError as exc:
-            raise SandboxError(f"cannot create working directory: {exc}") from exc
-        self._started = True
-        if self.settings.local_isolation == "bwrap" and not self._bwrap:
             self.close()
-            raise SandboxError(
-                "HERMES_LOCAL_ISOLATION=bwrap but bwrap is not installed (apt install bubblewrap)"
+            raise SandboxError(f"cannot create working directory: {exc}") from exc
+        if self._environment is not None:
+            self._env = dict(self._environment)
+        else:
+            self._env = local_environment(cwd, self.settings, tmpdir="/tmp" if isolate else None)
+        if isolate:
+            sandbox = self._keep(
+                "_sandbox", BwrapSandbox(bwrap, cwd, tmp, self._env, self.settings.sandbox_network)
             )
-        if self._bwrap:
-            self._sandbox_tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-"))
-            probe = self.execute("true", timeout=30)
-            if probe.returncode != 0:
+            try:
+                sandbox.start()
+            except SandboxError:
                 self.close()
-                raise SandboxError(f"bubblewrap cannot create a sandbox here: {probe.output.strip()[:300]}")
+                raise
+            if not os.path.realpath(self._shell).startswith("/usr/"):
+                self._shell = "/bin/sh"  # the host's bash is not in the sandbox's read-only system
+            self.isolated = True
+        with self._lock:
+            if self._closed:
+                raise SandboxError("environment closed while it started")
+            self._started = True
+
+    def _keep(self, attribute: str, resource):
+        """Record a resource of :meth:`start` for :meth:`close`; if close() already ran, release it and raise."""
+        with self._lock:
+            if not self._closed:
+                setattr(self, attribute, resource)
+                return resource
+        if isinstance(resource, str):
+            shutil.rmtree(resource, ignore_errors=True)
+        raise SandboxError("environment closed while it started")
 
     def close(self, interrupted: bool = False) -> None:
-        """Kill every process group started here (SIGKILL), then remove the temp dir we created.
+        """Kill every process of the prompt (SIGKILL), then remove the temp dirs we created.
 
-        A ``cwd`` given to the constructor is kept. Idempotent; never raises.
-        ``interrupted`` is accepted for protocol compatibility (teardown is the same).
+        Under bubblewrap the whole sandbox goes (background processes included); in plain mode
+        every process group started here. A ``cwd`` given to the constructor is kept.
+        Idempotent; never raises; safe from another thread while :meth:`start` or
+        :meth:`execute` runs. ``interrupted`` is accepted for protocol compatibility.
         """
-        if self._closed:
-            return
-        self._closed = True
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             groups, self._groups = self._groups, set()
+            sandbox, tempdir, sandbox_tmp = self._sandbox, self._tempdir, self._sandbox_tmp
+        if sandbox is not None:
+            sandbox.close()
         for pgid in groups:
             _kill_group(pgid)
-        if self._tempdir:
-            shutil.rmtree(self._tempdir, ignore_errors=True)
-        if self._sandbox_tmp:
-            shutil.rmtree(self._sandbox_tmp, ignore_errors=True)
+        for folder in (tempdir, sandbox_tmp):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
     # -- commands ----------------------------------------------------------------
 
@@ -175,7 +236,8 @@ class LocalEnvironment(SandboxLifecycle):
             gives returncode 1 and a ``cd``-style message.
 
         Raises:
-            SandboxError: the environment is not started or is closed, or the process cannot be spawned.
+            SandboxError: the environment is not started or is closed, the process cannot be
+                spawned, or the bubblewrap sandbox has ended.
         """
         if not self._started or self._closed:
             raise SandboxError("environment is not running (call start() first; close() ends it)")
@@ -183,14 +245,42 @@ class LocalEnvironment(SandboxLifecycle):
         if not os.path.isdir(workdir):
             return ExecResult(returncode=1, output=f"cd: {cwd}: No such file or directory\n")
         limit = timeout if timeout is not None else self.settings.terminal_timeout
-        argv = [self._shell, "-c", command]
-        if self._bwrap:
-            argv = self._bwrap_argv(workdir) + argv
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        env = {**self._env, "PWD": workdir}
+        if self._sandbox is not None:
+            proc = self._sandbox.spawn([self._shell, "-c", command], workdir, env)
         else:
-            env = dict(os.environ, PWD=workdir)
+            proc = self._spawn_plain(command, workdir, env)
+        deadline = time.monotonic() + max(limit, 0.0)
         try:
-            proc = subprocess.Popen(
+            output, timed_out = self._collect(proc, deadline)
+            if not timed_out:
+                # EOF can come just before the shell exits (or it closed its stdout early).
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+        finally:
+            proc.close_output()
+            if proc.poll() is None:  # timed out, or interrupted while collecting
+                proc.kill()
+            try:
+                proc.wait(timeout=_KILL_WAIT)
+            except subprocess.TimeoutExpired:
+                pass
+            proc.done()
+        if self._sandbox is not None and not self._sandbox.alive and not self._closed:
+            raise SandboxError("the bubblewrap sandbox of this prompt has ended (was its agent killed?)")
+        text, truncated = output.result()
+        if timed_out:
+            return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)
+        code = proc.returncode
+        return ExecResult(returncode=-9 if code is None else code, output=text, truncated=truncated)
+
+    def _spawn_plain(self, command: str, workdir: str, env: dict[str, str]) -> _HostProcess:
+        """Start ``command`` as a host subprocess in its own session, under an ``sh`` holding only ``env``."""
+        argv = ["/bin/sh", "-c", '"$0" -c "$1"; exit $?', self._shell, command]
+        try:
+            popen = subprocess.Popen(
                 argv,
                 cwd=workdir,
                 env=env,
@@ -201,35 +291,12 @@ class LocalEnvironment(SandboxLifecycle):
             )
         except OSError as exc:
             raise SandboxError(f"cannot spawn shell: {exc}") from exc
-        pgid = proc.pid  # start_new_session: the child leads its own group
-        with self._lock:
-            self._groups.add(pgid)
-        deadline = time.monotonic() + max(limit, 0.0)
-        try:
-            output, timed_out = self._collect(proc, pgid, deadline)
-            if not timed_out:
-                # EOF can come just before the shell exits (or it closed its stdout early).
-                try:
-                    proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-        finally:
-            proc.stdout.close()
-            if proc.poll() is None:  # timed out, or interrupted while collecting
-                _kill_group(pgid)
-            proc.wait()
-            if not _group_alive(pgid):
-                with self._lock:
-                    self._groups.discard(pgid)
-        text, truncated = output.result()
-        if timed_out:
-            return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)
-        return ExecResult(returncode=proc.returncode, output=text, truncated=truncated)
+        return _HostProcess(popen, self._groups, self._lock)
 
-    def _collect(self, proc: subprocess.Popen, pgid: int, deadline: float) -> tuple[_BoundedOutput, bool]:
+    def _collect(self, proc, deadline: float) -> tuple[_BoundedOutput, bool]:
         """Read the pipe until EOF, or until the shell exited and the pipe went quiet, or the deadline."""
         output = _BoundedOutput(self.settings.terminal_output_max_chars)
-        fd = proc.stdout.fileno()
+        fd = proc.fd
         os.set_blocking(fd, False)
         timed_out = False
         exited_at: float | None = None
@@ -242,7 +309,7 @@ class LocalEnvironment(SandboxLifecycle):
                         exited_at = now
                     elif now >= deadline:
                         timed_out = True
-                        _kill_group(pgid)
+                        proc.kill()
                         exited_at = now
                 if exited_at is not None and now - exited_at > _DRAIN_MAX:
                     break  # a leftover background child keeps writing; stop here
@@ -261,42 +328,19 @@ class LocalEnvironment(SandboxLifecycle):
         output.feed(b"", final=True)
         return output, timed_out
 
-    def _bwrap_argv(self, workdir: str) -> list[str]:
-        """The bubblewrap command line (before the shell) of one command run in ``workdir``."""
-        argv = [self._bwrap, "--ro-bind", "/usr", "/usr"]
-        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            top = "/" + name
-            if os.path.islink(top):
-                argv += ["--symlink", os.readlink(top), top]
-            elif os.path.isdir(top):
-                argv += ["--ro-bind", top, top]
-        argv += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
-        argv += ["--bind", self._sandbox_tmp, "/tmp", "--bind", self.cwd, self.cwd, "--chdir", workdir]
-        argv += ["--unshare-all", "--die-with-parent", "--clearenv"]
-        for name, value in (
-            ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
-            ("HOME", self.cwd),
-            ("PWD", workdir),
-            ("LANG", os.environ.get("LANG", "C.UTF-8")),
-            ("TERM", "dumb"),
-        ):
-            argv += ["--setenv", name, value]
-        return [*argv, "--"]
-
     # -- files -------------------------------------------------------------------
 
     def _resolve(self, path: str, write: bool = False) -> str:
-        """Absolute host path of ``path``: ``~`` expanded, relative paths joined to cwd.
+        """Absolute host path of ``path``: ``~`` is the prompt's folder (its HOME), relative paths join cwd.
 
-        Under bubblewrap isolation the path is taken as the sandbox sees it: ``~`` is the
-        prompt's directory, ``/tmp`` the sandbox's private one; a path the sandbox cannot see
-        raises FileNotFoundError, a write outside the writable folders PermissionError.
+        Under bubblewrap isolation the path is taken as the sandbox sees it: ``/tmp`` is the
+        sandbox's private one; a path the sandbox cannot see raises FileNotFoundError, a write
+        outside the writable folders PermissionError.
         """
-        if not self._bwrap or not self._sandbox_tmp:
-            path = os.path.expanduser(path)
-            return path if os.path.isabs(path) else os.path.join(self.cwd, path)
         if path == "~" or path.startswith("~/"):
             path = self.cwd + path[1:]
+        if not self._sandbox_tmp:
+            return path if os.path.isabs(path) else os.path.join(self.cwd, path)
         path = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.cwd, path))
         if not _within(path, self.cwd) and _within(path, "/tmp"):
             path = os.path.join(self._sandbox_tmp, os.path.relpath(path, "/tmp"))
@@ -311,7 +355,7 @@ class LocalEnvironment(SandboxLifecycle):
         return path
 
     def read_file(self, path: str) -> bytes:
-        """Return the bytes of ``path`` (relative to cwd, ``~`` expanded).
+        """Return the bytes of ``path`` (relative to cwd, ``~`` = the prompt's folder).
 
         Raises:
             FileNotFoundError, IsADirectoryError, PermissionError: as ``open``.
@@ -320,7 +364,7 @@ class LocalEnvironment(SandboxLifecycle):
             return fh.read()
 
     def write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` (relative to cwd, ``~`` expanded), creating parent directories.
+        """Write ``data`` to ``path`` (relative to cwd, ``~`` = the prompt's folder), creating parent directories.
 
         Raises:
             IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
@@ -331,11 +375,37 @@ class LocalEnvironment(SandboxLifecycle):
             fh.write(data)
 
 
-def _bwrap_path(isolation: str) -> str | None:
-    """Path of ``bwrap`` when ``isolation`` asks for it (``bwrap``, or ``auto`` and installed), else None."""
-    if isolation == "none":
-        return None
-    return shutil.which("bwrap")
+class _HostProcess:
+    """A plain-mode command: a ``Popen`` leading its own process group, tracked for :meth:`LocalEnvironment.close`."""
+
+    def __init__(self, popen: subprocess.Popen, groups: set[int], lock: threading.Lock):
+        self._popen, self._groups, self._lock = popen, groups, lock
+        self.fd = popen.stdout.fileno()
+        self.pgid = popen.pid  # start_new_session: the child leads its own group
+        with lock:
+            groups.add(self.pgid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._popen.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        _kill_group(self.pgid)
+
+    def close_output(self) -> None:
+        self._popen.stdout.close()
+
+    def done(self) -> None:
+        """Forget the group once nothing of it is alive (a background child keeps it tracked)."""
+        if not _group_alive(self.pgid):
+            with self._lock:
+                self._groups.discard(self.pgid)
 
 
 def _within(path: str, root: str) -> bool:

@@ -6,7 +6,9 @@ with ``block_network`` (unless ``settings.docker_network``), ``cpu`` and ``memor
 the settings and a lifetime of :data:`SANDBOX_LIFETIME_S`. Commands are
 ``sandbox.exec("sh", "-c", ..., timeout=N)`` with stderr merged into stdout and the output
 bounded like the local backend's; files go through ``exec`` (``cat`` out, ``cat >`` from
-stdin). ``close`` calls ``sandbox.terminate()``.
+stdin). ``close`` calls ``sandbox.terminate()``. The sandbox's environment is its image's plus
+only the names listed in ``HERMES_SANDBOX_ENV`` (one ``modal.Secret.from_dict`` passed as
+``secrets=``); nothing of this process's environment goes in otherwise.
 
 Not verified against the live Modal service (unreachable here): the tests drive a stand-in
 ``modal`` module at the SDK boundary. The calls follow Modal's Sandbox guide
@@ -27,6 +29,7 @@ from typing import Any
 from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
+from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import ConfigError, SandboxError
 
 logger = logging.getLogger(__name__)
@@ -45,6 +48,14 @@ def _modal() -> Any:
         ) from None
 
 
+def _terminate(sandbox: Any) -> None:
+    """``sandbox.terminate()``; never raises (Modal ends it at its lifetime anyway)."""
+    try:
+        sandbox.terminate()
+    except Exception as exc:  # noqa: BLE001 - teardown never raises
+        logger.warning("could not terminate Modal sandbox: %s", exc)
+
+
 class ModalEnvironment(ContainerSandbox):
     """Per-prompt sandbox in a Modal Sandbox.
 
@@ -53,7 +64,7 @@ class ModalEnvironment(ContainerSandbox):
             ``/workspace``. None: ``/workspace``.
         image: registry image of the sandbox; None: ``settings.terminal_docker_image``.
         settings: limits, network, app name, timeouts and the output bound; default ``HermesSettings()``.
-        run_name, prompt_id: kept for logs.
+        run_name, run_id, prompt_id: kept for logs.
         **_ignored: options of other backends, accepted and ignored.
 
     Attributes:
@@ -77,9 +88,11 @@ class ModalEnvironment(ContainerSandbox):
             return
         modal = _modal()
         s = self.settings
+        listed = listed_environment(s)
+        extra = {"secrets": [modal.Secret.from_dict(listed)]} if listed else {}
         try:
             app = modal.App.lookup(s.modal_app_name, create_if_missing=True)
-            self._sandbox = modal.Sandbox.create(
+            sandbox = modal.Sandbox.create(
                 "sleep",
                 "infinity",
                 app=app,
@@ -88,9 +101,17 @@ class ModalEnvironment(ContainerSandbox):
                 cpu=s.container_cpus,
                 memory=s.container_memory_mb,
                 block_network=not s.docker_network,
+                **extra,
             )
         except Exception as exc:  # noqa: BLE001 - any SDK failure means no sandbox
             raise SandboxError(f"cannot create a Modal sandbox from {self.image!r}: {exc}") from None
+        with self._state_lock:
+            closed = self._closed
+            if not closed:
+                self._sandbox = sandbox
+        if closed:  # close() ran while Modal created it: it must not outlive us
+            _terminate(sandbox)
+            raise SandboxError("environment closed while it started")
         code, _, err = self._run(["mkdir", "-p", "--", self.cwd])
         if code != 0:
             self.close()
@@ -99,23 +120,21 @@ class ModalEnvironment(ContainerSandbox):
             )
 
     def close(self, interrupted: bool = False) -> None:
-        """Terminate the sandbox. Idempotent; never raises."""
-        if self._closed:
-            return
-        self._closed = True
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is None:
-            return
-        try:
-            sandbox.terminate()
-        except Exception as exc:  # noqa: BLE001 - teardown never raises; Modal ends it at its timeout
-            logger.warning("could not terminate Modal sandbox: %s", exc)
+        """Terminate the sandbox. Idempotent; never raises; safe from another thread while :meth:`start` runs."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+            sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            _terminate(sandbox)
 
     def _exec(self, argv: list[str], timeout: float | None = None) -> Any:
-        if self._sandbox is None or self._closed:
+        sandbox = self._sandbox
+        if sandbox is None or self._closed:
             raise SandboxError("environment is not running (call start() first; close() ends it)")
         try:
-            return self._sandbox.exec(*argv, timeout=timeout and max(1, math.ceil(timeout)), text=False)
+            return sandbox.exec(*argv, timeout=timeout and max(1, math.ceil(timeout)), text=False)
         except Exception as exc:  # noqa: BLE001 - the SDK's errors are not a stable hierarchy
             raise SandboxError(f"Modal exec failed: {exc}") from None
 

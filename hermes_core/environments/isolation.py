@@ -1,0 +1,102 @@
+"""Whether the local backend isolates its commands with bubblewrap, and the warning when it cannot.
+
+``HERMES_LOCAL_ISOLATION``: ``auto`` (default) uses bubblewrap when ``bwrap`` is installed and
+can build a sandbox here (probed once per process), else plain subprocesses; ``bwrap``
+requires it; ``none`` opts out. :func:`isolation_warning` gives the text a run shows once
+when ``auto`` falls back.
+
+Examples:
+    >>> from hermes_core.settings import HermesSettings
+    >>> isolation_warning("docker", HermesSettings()) is None
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+
+from hermes_core.exceptions import SandboxError
+from hermes_core.settings import HermesSettings
+
+
+def bwrap_problem() -> str | None:
+    """Why bubblewrap cannot isolate commands here, or None when it can.
+
+    Probes once per process (and per ``bwrap`` path) by starting a real sandbox with the
+    options the local backend uses and running ``true`` in it.
+
+    Returns:
+        None when a sandbox works; else a one-line reason (not installed, or bubblewrap's error).
+    """
+    path = shutil.which("bwrap")
+    if not path:
+        return "bwrap is not installed"
+    return _probe(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(bwrap: str) -> str | None:
+    from hermes_core.environments._bwrap import BwrapSandbox
+
+    home = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-"))
+    tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-tmp-"))
+    sandbox = BwrapSandbox(bwrap, home, tmp, {"PATH": "/usr/bin:/bin"}, network=False)
+    try:
+        sandbox.start()
+        proc = sandbox.spawn(["/bin/sh", "-c", "true"], home, {})
+        os.close(proc.fd)
+        code = proc.wait(timeout=30)
+        return None if code == 0 else f"a command in the sandbox exited with {code}"
+    except (SandboxError, OSError) as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the probe must answer, not raise
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        sandbox.close()
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def uses_bwrap(settings: HermesSettings) -> bool:
+    """True when the local backend runs commands in bubblewrap under ``settings.local_isolation``.
+
+    ``none`` -> False; ``bwrap`` -> True (whether or not it works: the prompt then fails);
+    ``auto`` -> True exactly when :func:`bwrap_problem` finds none.
+    """
+    if settings.local_isolation == "none":
+        return False
+    if settings.local_isolation == "bwrap":
+        return True
+    return bwrap_problem() is None
+
+
+def isolation_warning(backend: str, settings: HermesSettings) -> str | None:
+    """The warning to show once per run when local commands run without isolation, or None.
+
+    Args:
+        backend: the run's terminal backend (``local``, ``docker``, ...); only ``local`` can warn.
+        settings: ``local_isolation`` (``HERMES_LOCAL_ISOLATION``).
+
+    Returns:
+        None when the backend is not local, isolation is on, it is required (``bwrap``: prompts
+        fail instead), or it was turned off explicitly (``none``). Otherwise (``auto`` without a
+        working bubblewrap) a text naming the risk, the reason and the fixes.
+    """
+    if backend != "local" or settings.local_isolation != "auto":
+        return None
+    problem = bwrap_problem()
+    if problem is None:
+        return None
+    return (
+        f"Local sandbox isolation is OFF ({problem}): every command of the model runs as a plain "
+        "subprocess with this user's rights, so it can read and change your files (home folder, "
+        "other prompts' folders, the run folder) and reach the network. Fix: install bubblewrap "
+        "(apt-get install bubblewrap), or run in containers (--terminal_env=docker); set "
+        "HERMES_LOCAL_ISOLATION=none to accept plain subprocesses without this warning."
+    )
+
+
+__all__ = ["bwrap_problem", "isolation_warning", "uses_bwrap"]
