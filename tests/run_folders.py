@@ -26,6 +26,9 @@ from tasks.run_setup import finish_invocation, jobs_of, start_invocation
 XSS = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 """A tool output that would run script if a page inserted it as HTML."""
 
+LEAK = "sk-live-0123456789abcdefSECRET"
+"""A credential value a ``leak`` prompt's tool prints (tests set it in a credential-named variable)."""
+
 TERMINAL_TOOL = {
     "type": "function",
     "function": {
@@ -65,6 +68,8 @@ def conversation(kind: str, prompt: str) -> list[dict[str, Any]]:
         command, output = f"echo '{XSS}'", XSS
     elif kind == "tool_error":
         command, output, error = "cat missing", "", "cat: missing: No such file or directory"
+    elif kind == "leak":
+        command, output = "env", f"HOME=/root\nSERVICE_API_KEY={LEAK}"
     elif kind == "filtered":
         tool = "hallucinated_tool"
     reasoning = None if kind == "discarded" else f"I should run {command}."
@@ -96,7 +101,7 @@ def build_run(
 ) -> Path:
     """Write a finished run folder ``root/data/<run_name>`` with one prompt per ``(kind, prompt)`` of ``plan``.
 
-    Kinds: ``kept``, ``xss`` (tool output = :data:`XSS`), ``tool_error``, ``partial``,
+    Kinds: ``kept``, ``xss`` (tool output = :data:`XSS`), ``leak`` (tool output has :data:`LEAK`), ``tool_error``, ``partial``,
     ``turn_limit`` (``completed=false``), ``filtered`` (calls ``hallucinated_tool``), ``discarded``
     (no reasoning: a tombstone), ``failed`` (a failure line), ``pending`` (nothing). The dataset
     is ``root/prompts.jsonl`` (recorded in run.json by its absolute path).
