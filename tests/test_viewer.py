@@ -224,3 +224,17 @@ def test_view_command_serves_the_run(run_dir, tmp_path):
         proc.terminate()
         _, err = proc.communicate(timeout=20)
     assert f"at http://localhost:{port}/ (read-only; Ctrl-C to stop)" in err
+
+
+def test_run_summaries_print_the_view_command(run_dir, capsys):
+    from flows.config import BatchConfig
+    from flows.console import print_summary
+    from flows.generate import summary_markdown
+
+    config = BatchConfig(
+        dataset_file="prompts.jsonl", batch_size=2, run_name=run_dir.name, output_dir=str(run_dir.parent)
+    )
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert f"| view it | `hermes-batch view {run_dir}` |" in summary_markdown(config, stats).splitlines()
+    print_summary(config, state=None)
+    assert f"View it: hermes-batch view {run_dir}" in capsys.readouterr().out.replace("\n", "")
