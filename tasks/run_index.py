@@ -31,14 +31,14 @@ import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from tasks._files import atomic_writer, write_json_atomic
 from tasks.dataset import DatasetError, read_dataset
 from tasks.postprocess import _iter_raw_lines, _loads_object, batch_files  # the merge's own file reading
-from tasks.run_setup import jobs_of, read_run_info
+from tasks.run_setup import prompt_identity, read_run_info
 
 __all__ = [
     "STATUSES",
@@ -85,6 +85,20 @@ _SCHEMA = {
     "fail_lengths": pl.List(pl.Int64),
 }
 _SPACE = re.compile(r"\s+")
+
+
+class _Row(NamedTuple):
+    """What the index keeps of a batch-file row."""
+
+    prompt_index: int
+    prompt: str
+    completed: bool
+    partial: bool
+    tools: tuple[str, ...]
+    tool_errors: int
+    file: str
+    offset: int
+    length: int
 
 
 class RunIndexError(ValueError):
@@ -250,59 +264,56 @@ class RunIndex:
         return Path(tempfile.gettempdir()) / f"hermes-view-{digest}"
 
     def _build(self, signature: dict[str, list[int]]) -> None:
+        """Read every input and make the table, column by column (memory: a few small objects per prompt)."""
         started = time.monotonic()
         notes: list[str] = []
-        rows, hallucinated = self._scan_rows()
+        prompts = self._dataset_prompts(notes)
+        rows, hallucinated = self._scan_rows(keep_text=prompts is None)
         tombs = self._scan_tombstones()
         failures = self._scan_failures()
-        prompts = self._dataset_prompts(notes)
         if prompts is None:  # no dataset: list what the run folder knows
-            prompts = {}
-            for pid, found in rows.items():
-                prompts[pid] = (found["prompt_index"], found["prompt"])
+            prompts = {pid: (found.prompt_index, found.prompt) for pid, found in rows.items()}
             for pid, (index, _, _) in tombs.items():
                 prompts.setdefault(pid, (index, ""))
             for pid, entries in failures.items():
                 prompts.setdefault(pid, (entries[-1][0], ""))
         else:
-            orphans = len(set(rows) - set(prompts))
+            orphans = sum(1 for pid in rows if pid not in prompts)
             if orphans:
                 notes.append(f"{orphans} rows belong to prompts that are not in the dataset (not listed)")
-        records = []
+        columns: dict[str, list[Any]] = {name: [] for name in _SCHEMA}
         for pid, (index, text) in prompts.items():
             found = rows.get(pid)
             tomb = tombs.get(pid)
-            fails = failures.get(pid, [])
+            fails = failures.get(pid, ())
             if found is not None:
                 status = "filtered" if pid in hallucinated else "kept"
-                text = text or found["prompt"]
-            elif tomb is not None:
-                status = "discarded"
-            elif fails:
-                status = "failed"
+                text = text or found.prompt
             else:
-                status = "pending"
-            records.append(
-                {
-                    "prompt_index": index,
-                    "prompt_id": pid,
-                    "prompt": text,
-                    "head": _head(text),
-                    "status": status,
-                    "completed": found["completed"] if found else None,
-                    "partial": found["partial"] if found else None,
-                    "tools": found["tools"] if found else [],
-                    "tool_errors": found["tool_errors"] if found else None,
-                    "file": found["file"] if found else None,
-                    "offset": found["offset"] if found else None,
-                    "length": found["length"] if found else None,
-                    "tomb_offset": tomb[1] if tomb else None,
-                    "tomb_length": tomb[2] if tomb else None,
-                    "fail_offsets": [f[1] for f in fails],
-                    "fail_lengths": [f[2] for f in fails],
-                }
-            )
-        full = pl.DataFrame(records, schema=_SCHEMA, orient="row").sort("prompt_index")
+                status = "discarded" if tomb is not None else "failed" if fails else "pending"
+            values = {
+                "prompt_index": index,
+                "prompt_id": pid,
+                "prompt": text,
+                "head": _head(text),
+                "status": status,
+                "completed": found.completed if found else None,
+                "partial": found.partial if found else None,
+                "tools": list(found.tools) if found else [],
+                "tool_errors": found.tool_errors if found else None,
+                "file": found.file if found else None,
+                "offset": found.offset if found else None,
+                "length": found.length if found else None,
+                "tomb_offset": tomb[1] if tomb else None,
+                "tomb_length": tomb[2] if tomb else None,
+                "fail_offsets": [f[1] for f in fails],
+                "fail_lengths": [f[2] for f in fails],
+            }
+            for name, value in values.items():
+                columns[name].append(value)
+        del prompts, rows, tombs, failures
+        full = pl.DataFrame(columns, schema=_SCHEMA).sort("prompt_index")
+        del columns
         self.build_seconds = round(time.monotonic() - started, 3)
         self.notes = notes
         self._write_cache(full, signature)
@@ -323,10 +334,10 @@ class RunIndex:
             return
         raise OSError(f"cannot write the index of {self.run_dir} (run folder and {tempfile.gettempdir()})")
 
-    def _scan_rows(self) -> tuple[dict[str, dict[str, Any]], set[str]]:
-        """First row per prompt_id in batch order: its location and list fields; and the ids of rows
-        that name a tool outside the registry."""
-        rows: dict[str, dict[str, Any]] = {}
+    def _scan_rows(self, *, keep_text: bool) -> tuple[dict[str, _Row], set[str]]:
+        """First row per prompt_id in batch order, as a :class:`_Row` (its human turn only with
+        ``keep_text``), and the ids of rows that name a tool outside the registry."""
+        rows: dict[str, _Row] = {}
         hallucinated: set[str] = set()
         for path in batch_files(self.run_dir):
             for offset, raw, _, _ in _iter_raw_lines(path):
@@ -344,17 +355,19 @@ class RunIndex:
                 if not self._tools.issuperset(stats):
                     hallucinated.add(pid)
                 index = row.get("prompt_index")
-                rows[pid] = {
-                    "prompt_index": index if isinstance(index, int) else -1,
-                    "prompt": _human_text(row),
-                    "completed": bool(row.get("completed")),
-                    "partial": bool(row.get("partial")),
-                    "tools": sorted(t for t, s in stats.items() if isinstance(s, dict) and s.get("count")),
-                    "tool_errors": sum(v for v in errors.values() if isinstance(v, int)),
-                    "file": path.name,
-                    "offset": offset,
-                    "length": len(raw),
-                }
+                rows[pid] = _Row(
+                    prompt_index=index if isinstance(index, int) else -1,
+                    prompt=_human_text(row) if keep_text else "",
+                    completed=bool(row.get("completed")),
+                    partial=bool(row.get("partial")),
+                    tools=tuple(
+                        sorted(t for t, v in stats.items() if isinstance(v, dict) and v.get("count"))
+                    ),
+                    tool_errors=sum(v for v in errors.values() if isinstance(v, int)),
+                    file=path.name,
+                    offset=offset,
+                    length=len(raw),
+                )
         return rows, hallucinated
 
     def _scan_jsonl(self, name: str) -> Iterator[tuple[dict[str, Any], int, int]]:
@@ -403,8 +416,10 @@ class RunIndex:
             return None
         if recorded.get("fingerprint") and dataset.fingerprint != recorded["fingerprint"]:
             notes.append(f"dataset {path} changed since the run: prompts are matched by identity")
-        jobs = jobs_of(dataset, self.info.get("settings_hash", ""))
-        return {job.prompt_id: (job.prompt_index, job.prompt) for job in jobs}
+        settings_hash = self.info.get("settings_hash", "")
+        return {
+            prompt_identity(r.content_key, settings_hash): (r.prompt_index, r.prompt) for r in dataset.records
+        }
 
     # --- reading ------------------------------------------------------------------------------
 
