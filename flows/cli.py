@@ -336,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["agent"]:
             return run_agent(argv[1:])
+        if argv[:1] in (["view"], ["export"]):
+            from flows.commands import run_command
+
+            return run_command(argv[0], argv[1:])
         if argv[:1] == ["run"]:
             argv = argv[1:]
         return run_batch(argv)

@@ -190,6 +190,7 @@ def print_summary(config: Any, state: Any) -> None:
         f"duration: {stats['duration_seconds']} s"
     )
     out.print(f"Output: {config.run_dir / 'trajectories.jsonl'} (statistics: {stats_path})")
+    out.print(f"View it: hermes-batch view {config.run_dir}")
     if stats["failed"]:
         out.print(
             f"[yellow]{stats['failed']} prompts failed[/yellow]: see {config.run_dir / 'failures.jsonl'}; "

@@ -414,5 +414,6 @@ def summary_markdown(config: BatchConfig, stats: dict[str, Any]) -> str:
         f"| cost | {'n/a' if cost is None else f'${cost:.4f}'} |",
         f"| duration | {stats['duration_seconds']} s |",
         f"| output | `{config.run_dir / 'trajectories.jsonl'}` |",
+        f"| view it | `hermes-batch view {config.run_dir}` |",
     ]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ __all__ = [
     "extract_reasoning",
     "has_reasoning",
     "hermes_system_prompt",
+    "hermes_tool_entries",
     "is_tool_failure",
     "reasoning_counts",
     "split_inline_reasoning",
@@ -123,18 +124,45 @@ def has_reasoning(message: Mapping[str, Any]) -> bool:
     return isinstance(content, str) and split_inline_reasoning(content)[0] is not None
 
 
+def hermes_tool_entries(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The system turn's ``<tools>`` entries: the reference's flattened structure (SPEC section 6).
+
+    Args:
+        tools: the OpenAI ``tools`` entries offered to the model
+            (``{"type": "function", "function": {"name", "description", "parameters"}}``).
+
+    Returns:
+        One ``{"name": str, "description": str, "parameters": dict, "required": None}`` per
+        tool, keys in that order, in the given order (a missing description is ``""``, missing
+        parameters ``{}``; ``required`` is always None, as the reference writes it).
+    """
+    entries = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        entries.append(
+            {
+                "name": function.get("name"),
+                "description": function.get("description", ""),
+                "parameters": function.get("parameters", {}),
+                "required": None,
+            }
+        )
+    return entries
+
+
 def hermes_system_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
     """The Hermes function-calling system message that opens every trajectory.
 
     Args:
         tools: the OpenAI ``tools`` entries offered to the model
             (``{"type": "function", "function": {"name", "description", "parameters"}}``),
-            listed in the given order as one JSON array inside ``<tools>`` ... ``</tools>``.
+            listed in the given order as one JSON array of :func:`hermes_tool_entries`
+            inside ``<tools>`` ... ``</tools>`` (``[]`` when no tool is offered).
 
     Returns:
         The message text; the same input always gives the same text.
     """
-    tools_json = _dumps([dict(t) for t in tools])
+    tools_json = _dumps(hermes_tool_entries(tools))
     return (
         "You are a function-calling AI model. The functions you can call are described "
         "as JSON signatures inside the <tools> </tools> XML tags below. Call one or more "

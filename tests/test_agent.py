@@ -55,6 +55,12 @@ def test_tool_calls_run_real_commands_and_usage_is_summed(mock_server):
     froms = [t["from"] for t in row["conversations"]]
     assert froms == ["system", "human", "gpt", "tool", "gpt", "tool", "gpt"]
     assert row["conversations"][1]["value"] == prompt
+    listed = json.loads(row["conversations"][0]["value"].split("<tools>\n", 1)[1].split("\n</tools>", 1)[0])
+    assert [list(entry) for entry in listed] == [["name", "description", "parameters", "required"]] * 2
+    assert [(e["name"], e["required"], e["parameters"]["required"]) for e in listed] == [
+        ("terminal", None, ["command"]),
+        ("process", None, ["action"]),
+    ]
     # the second command is python3 -c "print(6*7)": its real output is in the tool turn
     second_tool = row["conversations"][5]["value"]
     assert second_tool.startswith("<tool_response>\n") and '"output": "42"' in second_tool

@@ -31,6 +31,23 @@ TERMINAL_TOOL = {
 }
 TOOLS = [TERMINAL_TOOL]
 
+# The system turn of TOOLS, written by hand: the reference's flattened tool entry (name, description,
+# parameters, required: null, in that order), not the OpenAI wire wrapper.
+SYSTEM_VALUE = (
+    "You are a function-calling AI model. The functions you can call are described as JSON signatures "
+    "inside the <tools> </tools> XML tags below. Call one or more of them when they help with the user's "
+    "request; when none is relevant, answer in plain conversational language. Do not guess argument values.\n"
+    "<tools>\n"
+    '[{"name": "terminal", "description": "Run a shell command.", "parameters": {"type": "object", '
+    '"properties": {"command": {"type": "string"}}, "required": ["command"]}, "required": null}]\n'
+    "</tools>\n"
+    "To call a function, write a JSON object with the function's name and its arguments, "
+    '{"name": <function-name>, "arguments": <arguments-object>}, inside <tool_call> </tool_call> XML tags, '
+    "one block per call:\n"
+    '<tool_call>\n{"name": <function-name>, "arguments": <arguments-object>}\n</tool_call>\n'
+    "Each function's result is returned to you inside <tool_response> </tool_response> XML tags."
+)
+
 
 def user(text):
     return {"role": "user", "content": text}
@@ -54,7 +71,7 @@ def tool(call_id, name, content):
 
 def values(turns):
     """The turns after the system turn, as (from, value) pairs."""
-    assert turns[0] == {"from": "system", "value": hermes_system_prompt(TOOLS)}
+    assert turns[0] == {"from": "system", "value": SYSTEM_VALUE}
     return [(t["from"], t["value"]) for t in turns[1:]]
 
 
@@ -70,7 +87,7 @@ def test_worked_example_byte_exact():
     ]
     turns = to_sharegpt(messages, TOOLS)
     assert turns == [
-        {"from": "system", "value": hermes_system_prompt(TOOLS)},
+        {"from": "system", "value": SYSTEM_VALUE},
         {"from": "human", "value": "What files are here?"},
         {
             "from": "gpt",
@@ -92,20 +109,31 @@ def test_worked_example_byte_exact():
 # --- system prompt -----------------------------------------------------------------------------------
 
 
-def test_system_prompt_lists_tools_and_formats():
+def test_system_prompt_lists_tools_in_the_reference_structure():
     prompt = hermes_system_prompt(TOOLS)
-    assert prompt == hermes_system_prompt(TOOLS)
-    assert "function-calling AI model" in prompt
+    assert prompt == SYSTEM_VALUE
     listed = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
-    assert json.loads(listed) == TOOLS
-    assert '<tool_call>\n{"name": <function-name>, "arguments": <arguments-object>}\n</tool_call>' in prompt
-    assert "<tool_response> </tool_response>" in prompt
+    assert list(json.loads(listed)[0]) == ["name", "description", "parameters", "required"]
     assert "<tools>\n[]\n</tools>" in hermes_system_prompt([])
+
+
+def test_system_prompt_entry_defaults_and_order_of_tools():
+    tools = [
+        {"type": "function", "function": {"name": "b_tool"}},
+        {"type": "function", "function": {"name": "a_tool", "description": "A.", "parameters": {}}},
+    ]
+    listed = hermes_system_prompt(tools).split("<tools>\n", 1)[1].split("\n</tools>", 1)[0]
+    assert listed == (
+        '[{"name": "b_tool", "description": "", "parameters": {}, "required": null}, '
+        '{"name": "a_tool", "description": "A.", "parameters": {}, "required": null}]'
+    )
 
 
 def test_system_prompt_keeps_non_ascii():
     tools = [{"type": "function", "function": {"name": "wetter", "description": "Temperatur in °C"}}]
-    assert "Temperatur in °C" in hermes_system_prompt(tools)
+    assert '{"name": "wetter", "description": "Temperatur in °C", "parameters": {}, "required": null}' in (
+        hermes_system_prompt(tools)
+    )
 
 
 # --- gpt turns ---------------------------------------------------------------------------------------

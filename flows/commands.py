@@ -1,0 +1,168 @@
+"""The ``view`` and ``export`` subcommands of ``hermes-batch``: argument parsing and dispatch.
+
+``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]`` serves the
+read-only viewer; ``hermes-batch export data/<run> --out DIR [--format sharegpt|messages]
+[--include kept|all] [--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging
+Face dataset folder. Both ``--flag=value`` and ``--flag value`` work. A bad argument or an
+unusable folder prints one line ``error: ...`` (naming the flag or file) and returns 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+__all__ = ["build_export_parser", "build_view_parser", "run_command"]
+
+
+class CommandError(Exception):
+    """A fatal input error of a subcommand: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise CommandError(message)
+
+
+def build_view_parser() -> argparse.ArgumentParser:
+    """Parser of ``hermes-batch view``."""
+    p = _Parser(
+        prog="hermes-batch view",
+        description="Serve a read-only web viewer of a run folder (summary, prompt list, trajectories).",
+    )
+    p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)"
+    )
+    p.add_argument(
+        "--port", type=int, default=8765, help="port to listen on (default: 8765; 0 = any free port)"
+    )
+    p.add_argument(
+        "--dataset", help="the dataset file, when the path recorded in run.json does not lead to it"
+    )
+    return p
+
+
+def build_export_parser() -> argparse.ArgumentParser:
+    """Parser of ``hermes-batch export``."""
+    p = _Parser(
+        prog="hermes-batch export",
+        description="Export a run's trajectories as Parquet shards with a Hugging Face dataset card.",
+    )
+    p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
+    p.add_argument("--out", required=True, help="output folder (created; must be empty unless --overwrite)")
+    p.add_argument(
+        "--format",
+        choices=("sharegpt", "messages"),
+        default="sharegpt",
+        help="sharegpt: rows as in trajectories.jsonl (default); messages: OpenAI chat messages + tools",
+    )
+    p.add_argument(
+        "--include",
+        choices=("kept", "all"),
+        default="kept",
+        help="kept: the rows of trajectories.jsonl (default); all: also the rows filtered for a hallucinated tool",
+    )
+    p.add_argument("--license", help="license id for the dataset card (default: other)")
+    p.add_argument(
+        "--push_to_hub", metavar="REPO_ID", help="upload the folder to this Hugging Face dataset repo"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
+    return p
+
+
+def _check_port(host: str, port: int) -> int:
+    """The port to listen on (a free one for 0), after checking that ``host:port`` can be bound."""
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--port {port}: must be between 0 and 65535")
+    try:
+        with socket.create_server((host, port)) as sock:
+            return sock.getsockname()[1]
+    except OSError as exc:
+        raise CommandError(
+            f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})"
+        ) from None
+
+
+def run_view(argv: list[str]) -> int:
+    """``hermes-batch view``: build the index, then serve until Ctrl-C. Returns the exit code."""
+    args = build_view_parser().parse_args(argv)
+    from tasks.run_index import RunIndexError
+
+    if args.dataset and not Path(args.dataset).is_file():
+        raise CommandError(f"--dataset {args.dataset}: no such file")
+    port = _check_port(args.host, args.port)
+    import uvicorn
+
+    from flows.viewer.app import create_app
+    from hermes_core.tools import ALL_POSSIBLE_TOOLS
+    from tasks.run_index import RunIndex
+
+    try:
+        index = RunIndex.open(
+            Path(args.run_dir),
+            valid_tools=ALL_POSSIBLE_TOOLS,
+            dataset=Path(args.dataset) if args.dataset else None,
+        )
+    except RunIndexError as exc:
+        raise CommandError(str(exc)) from None
+    how = f"built in {index.build_seconds} s" if index.build_seconds else "from its cache"
+    print(f"index of {index.table.height} prompts {how}", file=sys.stderr)
+    app = create_app(Path(args.run_dir), index=index)
+    config = uvicorn.Config(app, host=args.host, port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    shown = "localhost" if args.host in {"127.0.0.1", "::1"} else args.host
+    print(
+        f"viewing {args.run_dir} at http://{shown}:{port}/ (read-only; Ctrl-C to stop)",
+        file=sys.stderr,
+    )
+    server.run()
+    return 0
+
+
+def run_export(argv: list[str]) -> int:
+    """``hermes-batch export``: write the dataset folder, optionally upload it. Returns the exit code."""
+    args = build_export_parser().parse_args(argv)
+    from tasks.export import ExportError, export_run
+
+    from hermes_core.tools import ALL_POSSIBLE_TOOLS
+
+    try:
+        result = export_run(
+            Path(args.run_dir),
+            Path(args.out),
+            fmt=args.format,
+            include=args.include,
+            license=args.license,
+            overwrite=args.overwrite,
+            valid_tools=ALL_POSSIBLE_TOOLS,
+        )
+    except ExportError as exc:
+        raise CommandError(str(exc)) from None
+    print(
+        f"exported {result.rows} rows ({args.format}, {args.include}) to {result.out_dir}: "
+        f"{len(result.shards)} Parquet shards and README.md"
+    )
+    if args.push_to_hub:
+        from tasks.hub import HubError, push_folder
+
+        try:
+            url = push_folder(result.out_dir, args.push_to_hub)
+        except HubError as exc:
+            raise CommandError(f"--push_to_hub {args.push_to_hub}: {exc}") from None
+        print(f"uploaded to {url}")
+    return 0
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    """Run the subcommand ``name`` (``view`` or ``export``) with its arguments; returns the exit code."""
+    commands = {"view": run_view, "export": run_export}
+    try:
+        return commands[name](argv)
+    except CommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

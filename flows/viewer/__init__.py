@@ -1,0 +1,5 @@
+"""``hermes-batch view``: a local, read-only web viewer of a run folder (SPEC section 15).
+
+:mod:`flows.viewer.app` is the FastAPI app (server-rendered Jinja2 pages, no script),
+:mod:`flows.viewer.render` turns rows into what the templates show.
+"""

@@ -1,0 +1,172 @@
+"""The viewer's web app: a run page (summary + filtered, paginated prompt list) and a trajectory page.
+
+Read-only, server-rendered (Jinja2, autoescaping on for every template), no script at all.
+Every response carries a Content-Security-Policy that allows only the app's own stylesheet and
+``data:`` images, so model output, tool output and web content shown in a page can neither run
+nor load anything.
+
+Routes:
+
+* ``GET /`` - query ``status`` (kept, discarded, filtered, failed, pending), ``partial=1``,
+  ``turn_limit=1``, ``tool=<name>``, ``tool_errors=1``, ``q=<text>``, ``page`` (1-based),
+  ``per_page`` (1-500, default 50);
+* ``GET /prompt/<prompt_index>`` - one prompt (same query: previous/next follow the filtered list);
+* ``GET /static/viewer.css``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from flows.viewer.render import pretty, row_facts, turn_views
+from hermes_core.redaction import redactor
+from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tasks.run_index import STATUS_LABELS, STATUSES, Filters, RunIndex
+from tasks.run_summary import read_summary
+
+__all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
+
+HERE = Path(__file__).resolve().parent
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""Sent with every response: no script, no remote resource, forms only to the viewer itself."""
+
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 500
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+    )
+    env.globals["status_labels"] = STATUS_LABELS
+    return env
+
+
+def _filters(status: str, partial: bool, turn_limit: bool, tool: str, tool_errors: bool, q: str) -> Filters:
+    if status and status not in STATUSES:
+        raise HTTPException(400, f"unknown status {status!r} (one of {', '.join(STATUSES)})")
+    return Filters(
+        status=status, partial=partial, turn_limit=turn_limit, tool=tool, tool_errors=tool_errors, q=q.strip()
+    )
+
+
+def _query(filters: Filters, **extra: Any) -> str:
+    """The query string of ``filters`` (only the fields set) plus ``extra``."""
+    params: dict[str, Any] = {}
+    for name in ("status", "tool", "q"):
+        if getattr(filters, name):
+            params[name] = getattr(filters, name)
+    for name in ("partial", "turn_limit", "tool_errors"):
+        if getattr(filters, name):
+            params[name] = "1"
+    params.update({k: v for k, v in extra.items() if v is not None})
+    return urlencode(params)
+
+
+def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | None = None) -> FastAPI:
+    """The viewer of one run folder.
+
+    Args:
+        run_dir: the run folder (``data/<run_name>``).
+        dataset: the dataset file when run.json's path does not lead to it.
+        index: an already opened index (built from ``run_dir`` when None).
+
+    Raises:
+        tasks.run_index.RunIndexError: ``run_dir`` is not a run folder.
+    """
+    run_dir = Path(run_dir)
+    index = index or RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS, dataset=dataset)
+    templates = Jinja2Templates(env=_environment())
+    app = FastAPI(title="hermes-batch viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    @app.get("/", response_class=HTMLResponse)
+    def run_page(
+        request: Request,
+        status: str = "",
+        partial: bool = False,
+        turn_limit: bool = False,
+        tool: str = "",
+        tool_errors: bool = False,
+        q: str = "",
+        page: int = Query(1, ge=1),
+        per_page: int = Query(DEFAULT_PER_PAGE, ge=1, le=MAX_PER_PAGE),
+    ):
+        filters = _filters(status, partial, turn_limit, tool, tool_errors, q)
+        entries, total = index.page(filters, page, per_page)
+        pages = max(1, -(-total // per_page))
+        summary = read_summary(run_dir)
+        context = {
+            "summary": summary,
+            "counts": index.counts(),
+            "notes": index.notes,
+            "tools": index.tools_used(),
+            "filters": filters,
+            "entries": entries,
+            "total": total,
+            "page": page,
+            "pages": pages,
+            "query": _query(filters),
+            "prev_page": _query(filters, page=page - 1, per_page=per_page) if page > 1 else None,
+            "next_page": _query(filters, page=page + 1, per_page=per_page) if page < pages else None,
+            "statuses": STATUSES,
+        }
+        return templates.TemplateResponse(request, "run.html", context)
+
+    @app.get("/prompt/{prompt_index}", response_class=HTMLResponse)
+    def trajectory_page(
+        request: Request,
+        prompt_index: int,
+        status: str = "",
+        partial: bool = False,
+        turn_limit: bool = False,
+        tool: str = "",
+        tool_errors: bool = False,
+        q: str = "",
+    ):
+        filters = _filters(status, partial, turn_limit, tool, tool_errors, q)
+        entry = index.entry(prompt_index)
+        if entry is None:
+            raise HTTPException(404, f"no prompt {prompt_index} in this run")
+        scrub = redactor().redact_obj
+        row = index.row(entry)
+        row = scrub(row) if row is not None else None
+        tombstone = index.tombstone(entry)
+        previous, following = index.neighbours(prompt_index, filters)
+        context = {
+            "summary": read_summary(run_dir),
+            "entry": entry,
+            "row": row,
+            "facts": row_facts(row) if row else [],
+            "turns": turn_views(row["conversations"]) if row else [],
+            "prompt": "" if row else redactor().redact(index.prompt_text(prompt_index)),
+            "tombstone": pretty(scrub(tombstone)) if tombstone else None,
+            "failures": scrub(index.failures(entry)),
+            "query": _query(filters),
+            "previous": previous,
+            "following": following,
+        }
+        return templates.TemplateResponse(request, "trajectory.html", context)
+
+    return app

@@ -1,0 +1,182 @@
+"""The Hugging Face dataset card (``README.md``) of an export: YAML front matter and a body.
+
+The front matter has ``license``, ``tags``, ``size_categories``, ``configs`` (one ``default``
+config whose ``train`` split is the Parquet shards) and ``dataset_info`` (the features and
+the row count), so ``datasets.load_dataset(DIR)`` reads the shards with the declared types.
+The body describes the run from run.json and statistics.json (:class:`tasks.run_summary.RunSummary`).
+The whole card passes the secret redaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from hermes_core.redaction import redactor
+from tasks.run_summary import RunSummary
+
+__all__ = ["render_card", "size_category"]
+
+_SIZE_BUCKETS = [
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+    (100_000_000, "10M<n<100M"),
+    (1_000_000_000, "100M<n<1B"),
+]
+
+
+def size_category(rows: int) -> str:
+    """The Hub's ``size_categories`` bucket of a row count (``n<1K`` ... ``n>1B``)."""
+    return next((name for limit, name in _SIZE_BUCKETS if rows < limit), "n>1B")
+
+
+def _cell(value: Any) -> str:
+    text = "—" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+FORMAT_TEXT = {
+    "sharegpt": (
+        "Each row is a trajectory exactly as in the run's `trajectories.jsonl`: `prompt_index`, "
+        "`conversations` (ShareGPT `from`/`value` turns: `system` with the offered tools inside `<tools>`, "
+        "`human`, `gpt` with `<think>` and `<tool_call>` blocks, `tool` with `<tool_response>` blocks), "
+        "`metadata` (batch, timestamp, model, prompt_id, usage, reasoning, duration, attempt, stop reason, "
+        "source), `completed` (false = the turn limit ended it), `partial`, `api_calls`, `toolsets_used`, "
+        "`tool_stats` and `tool_error_counts` (every tool of the registry)."
+    ),
+    "messages": (
+        "Each row is a trajectory as OpenAI chat messages, the form chat trainers take: `messages` "
+        "(`system` with the tools prompt, `user`, `assistant` with `reasoning` and `tool_calls` "
+        "`[{id, type: function, function: {name, arguments (JSON string)}}]`, `tool` with `tool_call_id` "
+        "and `name`), `tools` (the offered tools as `{type: function, function: {name, description, "
+        "parameters (JSON schema)}}`), plus `prompt_index`, `prompt_id`, `model`, `completed` and `partial`."
+    ),
+}
+
+INCLUDE_TEXT = {
+    "kept": "the rows of `trajectories.jsonl` (kept trajectories only).",
+    "all": (
+        "the rows of `trajectories.jsonl` plus the rows left out of it for calling a tool outside the "
+        "registry (hallucinated tool), in prompt order; their `tool_stats` / `tool_error_counts` list only "
+        "the registry's tools (the hallucinated calls stay in the conversation), so every row has one schema. "
+        "Samples discarded for having no reasoning are not included: the run keeps no row for them, only a "
+        "tombstone."
+    ),
+}
+
+
+def render_card(
+    summary: RunSummary,
+    *,
+    fmt: str,
+    include: str,
+    rows: int,
+    filtered_included: int,
+    features: list[dict[str, Any]],
+    data_glob: str,
+    license: str | None,
+) -> str:
+    """The card text.
+
+    Args:
+        summary: the run's description.
+        fmt: ``sharegpt`` or ``messages``.
+        include: ``kept`` or ``all``.
+        rows: rows in the export.
+        filtered_included: rows of hallucinated-tool samples in the export (``all`` only).
+        features: ``dataset_info.features`` (:func:`tasks.hf_schema.features_yaml`).
+        data_glob: the shards, relative to the card (e.g. ``data/train-*.parquet``).
+        license: a license id; None gives ``other``.
+
+    Returns:
+        ``---\\n<yaml>---\\n\\n<markdown>``, redacted.
+    """
+    stats = summary.statistics or {}
+    settings = summary.settings
+    front = {
+        "license": license or "other",
+        "tags": ["hermes-batch", "agent", "tool-use", "trajectories", "synthetic", fmt],
+        "size_categories": [size_category(rows)],
+        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": data_glob}]}],
+        "dataset_info": {"features": features},
+    }
+    reasoning = stats.get("reasoning_statistics") or {}
+    tokens = stats.get("tokens") or {}
+    cost = stats.get("cost_usd")
+    lines = [
+        f"# {summary.run_name}",
+        "",
+        f"Trajectories of the Hermes tool-using agent, generated with hermes-batch by `{settings.get('model')}` "
+        f"(toolset distribution `{settings.get('distribution')}`). {rows} rows.",
+        "",
+        "## Contents",
+        "",
+        FORMAT_TEXT[fmt],
+        "",
+        f"Included: {INCLUDE_TEXT[include]}"
+        + (f" This export has {filtered_included} such rows." if include == "all" else ""),
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        'ds = load_dataset("<this folder or repo id>", split="train")',
+        "```",
+        "",
+        "## Generation settings",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *[f"| {_cell(k)} | {_cell(v)} |" for k, v in settings.items()],
+        f"| batch_size | {_cell(stats.get('batch_size'))} |",
+        f"| dataset | {_cell(summary.dataset.get('path'))} ({_cell(summary.dataset.get('records'))} records, "
+        f"sha256 {_cell(summary.dataset.get('fingerprint'))}) |",
+        "",
+        "No API key or other secret is part of these settings or of the data: every exported value passed the "
+        "run's secret redaction.",
+        "",
+        "## Counts",
+        "",
+        "| prompts | trajectories kept | discarded (no reasoning) | filtered (hallucinated tool) | failed |",
+        "|---|---|---|---|---|",
+        f"| {_cell(stats.get('total_prompts'))} | {_cell(stats.get('completed'))} | "
+        f"{_cell(stats.get('discarded_no_reasoning'))} | {_cell(stats.get('filtered_hallucinated'))} | "
+        f"{_cell(stats.get('failed'))} |",
+        "",
+        "## Filters applied",
+        "",
+        "- Samples with no reasoning in any assistant turn are discarded "
+        f"({_cell(stats.get('discarded_no_reasoning'))}).",
+        "- Rows calling a tool outside the registry (hallucinated tool) are left out of `trajectories.jsonl` "
+        f"({_cell(stats.get('filtered_hallucinated'))})"
+        + ("; this export includes them." if include == "all" else "."),
+        f"- Prompts that failed after their retries have no row ({_cell(stats.get('failed'))}).",
+        "- One row per prompt: a resumed run's duplicate rows are dropped.",
+        "",
+        "## Reasoning coverage",
+        "",
+        f"{_cell(reasoning.get('turns_with_reasoning'))} of {_cell(reasoning.get('total_assistant_turns'))} "
+        f"assistant turns have reasoning ({_cell(reasoning.get('coverage_percent'))}%; the discarded samples' "
+        "turns count as turns without).",
+        "",
+        "## Tool usage",
+        "",
+        "| tool | calls | success | failure | success % |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {_cell(t['tool'])} | {t['count']} | {t['success']} | {t['failure']} | {t['success_rate']:.2f} |"
+            for t in summary.tool_usage()
+        ],
+        "",
+        "## Tokens and cost",
+        "",
+        f"{_cell(tokens.get('prompt'))} prompt, {_cell(tokens.get('completion'))} completion "
+        f"({_cell(tokens.get('reasoning'))} reasoning), {_cell(tokens.get('total'))} total tokens; "
+        f"cost {'not reported' if cost is None else f'${cost:.4f}'}; "
+        f"{_cell(stats.get('duration_seconds'))} s of generation.",
+        "",
+    ]
+    text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + "\n".join(lines)
+    return redactor().redact(text)

@@ -1,0 +1,222 @@
+"""``hermes-batch export``: Parquet shards + dataset card loaded back with ``datasets`` (offline),
+the chat-messages format, ``--include all``, secret redaction, errors, and ``--push_to_hub``
+against a stand-in for the Hub's upload endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from hub_standin import HubRecord, hub_app
+from live_app import serve
+from run_folders import LEAK, TERMINAL_TOOL, build_run
+
+from flows.cli import main
+from hermes_core import redaction
+from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tasks.export import export_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def offline_datasets(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return build_run(tmp_path_factory.mktemp("export"))
+
+
+def load(folder: Path):
+    import datasets
+
+    return datasets.load_dataset(str(folder), split="train")
+
+
+def load_json(path: Path):
+    import datasets
+
+    return datasets.load_dataset("json", data_files=str(path), split="train")
+
+
+def card_front(folder: Path) -> tuple[dict, str]:
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    _, front, body = text.split("---\n", 2)
+    return yaml.safe_load(front), body
+
+
+def test_sharegpt_export_loads_like_trajectories_jsonl(run_dir, tmp_path):
+    out = tmp_path / "ds"
+    result = export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, shard_bytes=6_000)
+    assert result.rows == 5 and len(result.shards) >= 2  # small shards: several files, one schema
+    assert [p.name for p in result.shards] == [
+        f"train-{n:05d}-of-{len(result.shards):05d}.parquet" for n in range(len(result.shards))
+    ]
+    exported, reference = load(out), load_json(run_dir / "trajectories.jsonl")
+    assert len(exported) == len(reference) == 5
+    assert exported.features == reference.features
+    assert exported.to_list() == reference.to_list()
+    assert [r["prompt_index"] for r in exported] == [0, 1, 5, 6, 7]
+
+
+def test_card_front_matter_and_body(run_dir, tmp_path):
+    out = tmp_path / "ds"
+    export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS)
+    front, body = card_front(out)
+    assert front["license"] == "other"
+    assert front["size_categories"] == ["n<1K"]
+    assert {"hermes-batch", "tool-use", "sharegpt"} <= set(front["tags"])
+    assert front["configs"] == [
+        {"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}
+    ]
+    names = [f["name"] for f in front["dataset_info"]["features"]]
+    assert names == ["prompt_index", "conversations", "metadata", "completed", "partial", "api_calls",
+                     "toolsets_used", "tool_stats", "tool_error_counts"]  # fmt: skip
+    assert "`mock/scripted` (toolset distribution `terminal_only`). 5 rows." in body
+    assert "| max_turns | 10 |" in body and "| batch_size | 2 |" in body
+    assert "| 9 | 5 | 1 | 1 | 1 |" in body  # prompts, kept, discarded, filtered, failed
+    assert "| terminal | 5 | 4 | 1 | 80.00 |" in body
+    assert "9 of 11 assistant turns have reasoning (81.82%" in body
+    assert "600 prompt, 120 completion (30 reasoning), 720 total tokens; cost $0.0060" in body
+    export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, license="cc-by-4.0", overwrite=True)
+    assert card_front(out)[0]["license"] == "cc-by-4.0"
+
+
+def test_include_all_adds_the_hallucinated_tool_row_with_the_same_schema(run_dir, tmp_path):
+    kept = export_run(run_dir, tmp_path / "kept", valid_tools=ALL_POSSIBLE_TOOLS)
+    everything = export_run(run_dir, tmp_path / "all", valid_tools=ALL_POSSIBLE_TOOLS, include="all")
+    assert (kept.rows, everything.rows, everything.filtered_included) == (5, 6, 1)
+    rows = load(tmp_path / "all")
+    assert rows.features == load(tmp_path / "kept").features
+    assert [r["prompt_index"] for r in rows] == [0, 1, 3, 5, 6, 7]
+    filtered = rows[2]
+    assert list(filtered["tool_stats"]) == list(ALL_POSSIBLE_TOOLS)
+    assert '"name": "hallucinated_tool"' in filtered["conversations"][2]["value"]
+    assert "This export has 1 such rows." in card_front(tmp_path / "all")[1]
+
+
+def test_messages_format(run_dir, tmp_path):
+    out = tmp_path / "messages"
+    export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, fmt="messages")
+    rows = load(out)
+    assert len(rows) == 5
+    row = rows[0]  # prompt 0: "List the files ...", one terminal call, then the answer
+    assert row["prompt_index"] == 0 and row["model"] == "mock/scripted" and row["completed"] is True
+    assert row["tools"] == [TERMINAL_TOOL]
+    assert [m["role"] for m in row["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+    system, user, call, result, answer = row["messages"]
+    assert system["content"].startswith("You are a function-calling AI model.")
+    assert user["content"] == "List the files in the working directory"
+    assert call["content"] == "Running it." and call["reasoning"] == "I should run ls."
+    assert call["tool_calls"] == [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "terminal", "arguments": '{"command": "ls"}'},
+        }
+    ]
+    assert result["tool_call_id"] == "call_1" and result["name"] == "terminal"
+    assert json.loads(result["content"]) == {"output": "a.txt\nb.txt", "exit_code": 0, "error": None}
+    assert (answer["content"], answer["reasoning"], answer["tool_calls"]) == (
+        "Done: two files.",
+        "Enough.",
+        None,
+    )
+    front, _ = card_front(out)
+    assert [f["name"] for f in front["dataset_info"]["features"]] == [
+        "prompt_index", "prompt_id", "model", "completed", "partial", "messages", "tools"
+    ]  # fmt: skip
+    assert rows[3]["completed"] is True and rows[2]["completed"] is False  # prompts 6 and 5 (turn limit)
+
+
+def test_every_exported_value_is_redacted(tmp_path, monkeypatch):
+    run_dir = build_run(tmp_path, [("leak", "Print the environment"), ("kept", "Harmless")])
+    assert LEAK in (run_dir / "trajectories.jsonl").read_text()  # the row holds it: export must scrub it
+    monkeypatch.setenv("SERVICE_API_KEY", LEAK)
+    redaction.refresh()
+    try:
+        for fmt in ("sharegpt", "messages"):
+            out = tmp_path / fmt
+            export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, fmt=fmt)
+            dumped = json.dumps(pl.read_parquet(out / "data").to_dicts(), ensure_ascii=False, default=str)
+            assert LEAK not in dumped and "SERVICE_API_KEY=[REDACTED]" in dumped
+            assert LEAK not in (out / "README.md").read_text()
+    finally:
+        monkeypatch.delenv("SERVICE_API_KEY")
+        redaction.refresh()
+
+
+def test_export_command_and_its_errors(run_dir, tmp_path, capsys):
+    out = tmp_path / "cli"
+    assert main(["export", str(run_dir), "--out", str(out), "--format=messages"]) == 0
+    assert capsys.readouterr().out.startswith(f"exported 5 rows (messages, kept) to {out}: 1 Parquet shards")
+    assert main(["export", str(run_dir), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --out {out}: folder is not empty (pass --overwrite to replace an export)"
+    )
+    assert main(["export", str(run_dir), "--out", str(out), "--format", "csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # argparse quotes the choices on newer Pythons
+    assert len(err) == 1 and err[0].startswith("error: argument --format: invalid choice: 'csv' (choose from")
+    assert main(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"error: {tmp_path / 'missing' / 'trajectories.jsonl'}: not found (the run has not been merged yet: "
+        "let it finish or --resume it)"
+    ]
+    assert main(["export", str(run_dir)]) == 2
+    assert capsys.readouterr().err.strip() == "error: the following arguments are required: --out"
+
+
+def test_push_to_hub_uploads_the_folder(run_dir, tmp_path):
+    record = HubRecord()
+    out = tmp_path / "pushed"
+    with serve(hub_app(record)) as endpoint:
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": endpoint,
+            "HF_TOKEN": "hf_standin_token_0123456789",
+            "HF_HUB_DISABLE_XET": "1",  # the stand-in speaks the plain commit API, not Xet storage
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+        env.pop("HF_HUB_OFFLINE", None)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flows.cli",
+                "export",
+                str(run_dir),
+                f"--out={out}",
+                "--push_to_hub",
+                "me/trajs",
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"uploaded to {endpoint}/datasets/me/trajs/commit/" in proc.stdout
+    assert record.repos == [{"name": "trajs", "organization": "me", "type": "dataset"}]
+    local = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert set(local) == {"README.md", "data/train-00000-of-00001.parquet"}
+    assert record.files == local
+    assert record.authorizations == {"Bearer hf_standin_token_0123456789"}
+
+
+def test_push_to_hub_without_token_is_one_line(run_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert main(["export", str(run_dir), f"--out={tmp_path / 'o'}", "--push_to_hub=me/x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --push_to_hub me/x: HF_TOKEN is not set (a write token of the Hub account)"

@@ -1,0 +1,240 @@
+"""The viewer over real HTTP (uvicorn on a free port): run page, filters, trajectory pages, escaping,
+security headers, the index cache, and the ``hermes-batch view`` command line."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import free_port
+from live_app import serve
+from run_folders import DEFAULT_PLAN, build_run
+
+from flows.cli import main
+from flows.viewer.app import CONTENT_SECURITY_POLICY, create_app
+from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tasks import run_index
+from tasks.run_index import RunIndex
+
+REPO = Path(__file__).resolve().parent.parent
+ROW_RE = re.compile(
+    r'<tr class="status-(\w+)">\s*<td class="idx">(\d+)</td>\s*<td class="prompt"><a href="/prompt/(\d+)[^"]*">([^<]*)</a>'
+)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return build_run(tmp_path_factory.mktemp("viewer"))
+
+
+@pytest.fixture(scope="module")
+def base(run_dir):
+    with serve(create_app(run_dir)) as url:
+        yield url
+
+
+def listed(page: str) -> list[tuple[int, str, str]]:
+    """(prompt_index, status, prompt head) of every row of a run page."""
+    return [(int(idx), status, html.unescape(head)) for status, idx, link, head in ROW_RE.findall(page)]
+
+
+def get(base: str, path: str, **params) -> httpx.Response:
+    return httpx.get(base + path, params=params, timeout=10)
+
+
+def test_run_page_lists_every_prompt_with_its_status(base):
+    page = get(base, "/")
+    assert page.status_code == 200
+    expected_status = {
+        "kept": "kept",
+        "xss": "kept",
+        "discarded": "discarded",
+        "filtered": "filtered",
+        "failed": "failed",
+        "turn_limit": "kept",
+        "partial": "kept",
+        "tool_error": "kept",
+        "pending": "pending",
+    }
+    assert listed(page.text) == [(i, expected_status[k], p) for i, (k, p) in enumerate(DEFAULT_PLAN)]
+    text = page.text
+    assert "9 prompts match" in text
+    for label, n in [
+        ("kept", 5),
+        ("discarded (no reasoning)", 1),
+        ("filtered (hallucinated tool)", 1),
+        ("failed", 1),
+        ("not run yet", 1),
+    ]:
+        assert f'<span class="n">{n}</span> {label}</a>' in text
+    # the summary: reasoning coverage, tool usage, tokens, settings (statistics.json / run.json)
+    # 5 kept rows: 2+2+1 (turn limit)+2+2 assistant turns, all with reasoning; the tombstone's 2 turns without
+    assert "9/11 assistant turns (81.82%)" in text
+    assert "<td>mock/scripted</td>" in text and "<td>terminal_only</td>" in text
+    assert re.search(r'<a href="/\?tool=terminal">terminal</a></td><td>5</td><td>4</td><td>1</td>', text)
+
+
+@pytest.mark.parametrize(
+    ("params", "indices"),
+    [
+        ({"status": "failed"}, [4]),
+        ({"status": "pending"}, [8]),
+        ({"status": "kept"}, [0, 1, 5, 6, 7]),
+        ({"partial": "1"}, [6]),
+        ({"turn_limit": "1"}, [5]),
+        ({"tool": "hallucinated_tool"}, [3]),
+        ({"tool_errors": "1"}, [7]),
+        ({"q": "TRICKY markup"}, [1]),
+        ({"q": "THE", "status": "kept"}, [0, 1, 5, 6]),
+        ({"q": "no such text"}, []),
+        ({"per_page": "4", "page": "3"}, [8]),
+    ],
+)
+def test_filters_and_pages(base, params, indices):
+    page = get(base, "/", **params)
+    assert page.status_code == 200
+    assert [i for i, _, _ in listed(page.text)] == indices
+
+
+def test_bad_query_is_a_400(base):
+    answer = get(base, "/", status="bogus")
+    assert answer.status_code == 400 and "unknown status 'bogus'" in answer.text
+    assert get(base, "/", page="0").status_code == 422
+    assert get(base, "/prompt/99").status_code == 404
+
+
+def test_every_response_has_the_security_headers(base):
+    for path in ("/", "/prompt/1", "/static/viewer.css", "/prompt/99"):
+        answer = get(base, path)
+        assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    assert "script-src" not in CONTENT_SECURITY_POLICY and "default-src 'none'" in CONTENT_SECURITY_POLICY
+    assert get(base, "/static/viewer.css").headers["content-type"].startswith("text/css")
+
+
+def test_trajectory_page_escapes_tool_output_and_shows_metadata(base):
+    page = get(base, "/prompt/1").text
+    assert "<script" not in page and "<img" not in page and 'onerror="' not in page
+    # the tool output, pretty-printed JSON, as escaped text
+    assert (
+        "&#34;output&#34;: &#34;&lt;script&gt;window.pwned=1&lt;/script&gt;"
+        "&lt;img src=x onerror=\\&#34;window.pwned=2\\&#34;&gt;&#34;"
+    ) in page
+    assert '<details class="think"><summary>think (' in page
+    assert "<pre>I should run echo" in page
+    assert '<details class="system"><summary>system prompt · 1 tools: terminal</summary>' in page
+    assert '<details class="call" open><summary>tool call · terminal</summary>' in page
+    assert "&#34;exit_code&#34;: 0" in page  # tool response pretty-printed
+    for label, value in [
+        ("stop reason", "final_answer"),
+        ("attempt", "1"),
+        ("cost", "$0.001000"),
+        ("toolsets offered", "terminal"),
+    ]:
+        assert f"<tr><th>{label}</th><td>{value}</td></tr>" in page
+    assert "<tr><th>tokens</th><td>100 prompt, 20 completion, 5 reasoning</td></tr>" in page
+
+
+def test_failed_discarded_and_pending_pages(base):
+    failed = get(base, "/prompt/4").text
+    assert '<td class="error-type">ModelError</td>' in failed
+    assert "HTTP 500: &lt;b&gt;boom&lt;/b&gt;" in failed and "<b>boom" not in failed
+    assert "<td>2</td>" in failed  # attempts
+    discarded = get(base, "/prompt/2").text
+    assert "Discarded: no reasoning in any assistant turn" in discarded
+    assert "&#34;assistant_turns&#34;: 2" in discarded
+    pending = get(base, "/prompt/8").text
+    assert "This prompt has not run yet." in pending and "Never run yet" in pending
+
+
+def test_previous_and_next_follow_the_filtered_list(base):
+    page = get(base, "/prompt/5", status="kept").text
+    assert '<a rel="prev" href="/prompt/1?status=kept">' in page
+    assert '<a rel="next" href="/prompt/6?status=kept">' in page
+    first = get(base, "/prompt/0").text
+    assert 'rel="prev"' not in first and '<a rel="next" href="/prompt/1">' in first
+
+
+def test_index_is_cached_and_rebuilt_when_a_batch_file_changes(tmp_path, monkeypatch):
+    run_dir = build_run(tmp_path, [("kept", "first prompt"), ("pending", "second prompt")])
+    index = RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS)
+    assert index.build_seconds > 0 and (run_dir / ".view-index.parquet").is_file()
+    assert index.counts()["pending"] == 1
+    again = RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS)
+    assert again.build_seconds == 0.0  # read from the cache
+    # a later invocation writes the pending prompt's row: the index notices (size/mtime)
+    monkeypatch.setattr(run_index, "REFRESH_SECONDS", 0.0)
+    row = json.loads((run_dir / "trajectories.jsonl").read_text().splitlines()[0])
+    pending_id = again.table.filter(again.table["status"] == "pending")["prompt_id"][0]
+    row["prompt_index"], row["metadata"]["prompt_id"] = 1, pending_id
+    with open(run_dir / "batch_7.jsonl", "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    assert again.refresh() is True
+    assert again.counts() == {"kept": 2, "discarded": 0, "filtered": 0, "failed": 0, "pending": 0}
+    assert again.row(again.entry(1))["metadata"]["prompt_id"] == pending_id
+
+
+def test_missing_dataset_lists_what_the_run_folder_knows(tmp_path):
+    run_dir = build_run(
+        tmp_path, [("kept", "known prompt"), ("failed", "failing prompt"), ("pending", "unknown")]
+    )
+    (tmp_path / "prompts.jsonl").unlink()
+    with serve(create_app(run_dir)) as url:
+        page = get(url, "/").text
+    assert "not found: prompts not run yet are not listed" in page
+    assert [(i, s) for i, s, _ in listed(page)] == [(0, "kept"), (1, "failed")]
+
+
+def test_view_command_errors_are_one_line(tmp_path, capsys):
+    assert main(["view", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'nope'}: not a folder"]
+    assert main(["view", str(tmp_path), "--port", "70000"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --port 70000: must be between 0 and 65535"
+    assert main(["view", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("no run.json (not a hermes-batch run folder)")
+
+
+def test_view_command_serves_the_run(run_dir, tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "view", str(run_dir), f"--port={port}"],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None and time.monotonic() < deadline, "viewer did not start"
+                time.sleep(0.2)
+        assert answer.status_code == 200 and "9 prompts match" in answer.text
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert f"at http://localhost:{port}/ (read-only; Ctrl-C to stop)" in err
+
+
+def test_run_summaries_print_the_view_command(run_dir, capsys):
+    from flows.config import BatchConfig
+    from flows.console import print_summary
+    from flows.generate import summary_markdown
+
+    config = BatchConfig(
+        dataset_file="prompts.jsonl", batch_size=2, run_name=run_dir.name, output_dir=str(run_dir.parent)
+    )
+    stats = json.loads((run_dir / "statistics.json").read_text())
+    assert f"| view it | `hermes-batch view {run_dir}` |" in summary_markdown(config, stats).splitlines()
+    print_summary(config, state=None)
+    assert f"View it: hermes-batch view {run_dir}" in capsys.readouterr().out.replace("\n", "")
