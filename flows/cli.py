@@ -28,8 +28,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
-
 
 class CliError(Exception):
     """A fatal input error: printed as one line, exit code 2."""
@@ -187,7 +185,8 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     Raises:
         CliError: with the first problem found.
     """
-    from hermes_core.mockllm import is_mock_model
+    from hermes_core.endpoints import require_key, resolve_backend, resolve_base_url
+    from hermes_core.exceptions import ConfigError
     from hermes_core.settings import HermesSettings
     from tasks.dataset import DatasetError, read_dataset
     from tasks.run_setup import RunStateError, check_run_dir
@@ -213,16 +212,14 @@ def preflight(config: Any, api_key: str | None = None) -> int:
             check_run_dir(config.run_dir, config.defining_settings(), resume=config.resume, overwrite=False)
         except RunStateError as exc:
             raise CliError(str(exc)) from None
-    needs_key = not is_mock_model(config.model) and not config.api_key_secret and not api_key
-    base = config.base_url or DEFAULT_BASE_URL
-    if (
-        needs_key
-        and "://127.0.0.1" not in base
-        and "://localhost" not in base
-        and not HermesSettings().api_key
-    ):
-        raise CliError(f"no API key for {base}: set OPENROUTER_API_KEY or OPENAI_API_KEY, or pass --api_key")
-    if (config.terminal_env or HermesSettings().terminal_env) == "docker":  # one line, not one per prompt
+    settings = HermesSettings()
+    if not config.api_key_secret and not api_key:  # a Secret block is read by the flow
+        base = resolve_base_url(config.model, config.base_url, settings, start_mock=False)
+        try:
+            require_key(base, settings.api_key)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+    if resolve_backend(config.terminal_env, settings) == "docker":  # one line, not one per prompt
         from hermes_core.environments.docker import EngineUnavailable, ping_engine
 
         try:

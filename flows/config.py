@@ -29,16 +29,14 @@ from pydantic.fields import FieldInfo
 from hermes_core.agent import AgentConfig
 from hermes_core.client import ModelOptions
 from hermes_core.distributions import DISTRIBUTIONS
-from hermes_core.environments import BACKENDS
 from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import RunSpec
+from hermes_core.settings import TerminalBackend
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 DistributionName = Literal[tuple(sorted(DISTRIBUTIONS))]  # type: ignore[valid-type]
 """The toolset distributions, as choices (``--list_distributions`` describes them)."""
-TerminalBackend = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
-"""The sandbox backends, as choices."""
 TaskRunnerName = Literal["threads", "dask"]
 
 GROUPS: dict[str, type[BaseModel]] = {"llm": ModelOptions, "agent": AgentConfig}

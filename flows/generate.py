@@ -28,6 +28,7 @@ from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
+from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
@@ -115,7 +116,9 @@ def _generate_trajectories(**options: Any) -> State:
         index_of = {job.prompt_id: job.prompt_index for job in jobs}
         done_before = len(jobs) - len(pending)
         ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
-        backend = config.terminal_env or HermesSettings().terminal_env  # docker: reap leftovers, check images
+        backend = resolve_backend(
+            config.terminal_env, HermesSettings()
+        )  # docker: reap leftovers, check images
         pending, image_failed = prepare_sandboxes(info.run_id, pending, backend, ledger)
         isolation = isolation_warning(backend, HermesSettings())
         if isolation:

@@ -31,7 +31,8 @@ import tenacity
 from pydantic import BaseModel, Field, SecretStr
 
 from hermes_core import cancel
-from hermes_core.exceptions import ConfigError, ModelError, PromptTimeout
+from hermes_core.endpoints import require_key
+from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.options import DEFINING, CommaList
 from hermes_core.trajectory import extract_reasoning
 
@@ -204,14 +205,7 @@ class ModelClient:
         self.base_url = base_url
         self.timeout = timeout
         self.max_retries = max_retries
-        key = api_key.get_secret_value() if api_key else ""
-        if not key:
-            if "://127.0.0.1" in base_url or "://localhost" in base_url:
-                key = "local-no-key"
-            else:
-                raise ConfigError(
-                    f"no API key for {base_url}: set OPENROUTER_API_KEY or OPENAI_API_KEY (or pass --api_key)"
-                )
+        key = require_key(base_url, api_key)
         cache_key = (base_url, key, timeout)
         with _clients_lock:
             if cache_key not in _clients:

@@ -17,8 +17,8 @@ from hermes_core.agent import Agent, AgentConfig, AgentResult
 from hermes_core.cancel import check_cancelled, tracked
 from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
+from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
-from hermes_core.mockllm import ensure_mock_server, is_mock_model
 from hermes_core.redaction import register_secrets_of
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ToolContext, offered_tools
@@ -79,15 +79,6 @@ class PromptOutcome(BaseModel):
     duration_s: float
 
 
-def resolve_base_url(spec: RunSpec, settings: HermesSettings) -> str:
-    """The endpoint of a run: explicit, else the built-in mock server for ``mock/`` models, else settings."""
-    if spec.base_url:
-        return spec.base_url
-    if is_mock_model(spec.model.model):
-        return ensure_mock_server()
-    return settings.base_url
-
-
 def unavailable_tools(distribution: str, settings: HermesSettings) -> dict[str, str]:
     """{tool: reason} for the tools of ``distribution`` that cannot be offered (logged once per run)."""
     toolsets = [ts for ts in get_distribution(distribution).toolsets if ts in TOOLSETS]
@@ -118,7 +109,7 @@ def run_prompt(
     started = time.monotonic()
     client = ModelClient(
         spec.model,
-        base_url=resolve_base_url(spec, settings),
+        base_url=resolve_base_url(spec.model.model, spec.base_url, settings),
         api_key=settings.api_key,
         timeout=settings.request_timeout,
         max_retries=settings.max_retries,
@@ -126,7 +117,7 @@ def run_prompt(
     toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.record_key))
     tools, _ = offered_tools([ts for ts in toolsets if ts in TOOLSETS], settings)
     env = create_environment(
-        spec.terminal_env or settings.terminal_env,
+        resolve_backend(spec.terminal_env, settings),
         cwd=job.cwd,
         image=job.image,
         settings=settings,
@@ -135,17 +126,20 @@ def run_prompt(
         prompt_id=job.prompt_id,
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
-    with tracked(env), env:  # registered before it starts: a cancel during start still removes it
-        endpoint = ModelEndpoint(base_url=client.base_url, api_key=settings.api_key, model=spec.model.model)
-        ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
-        try:
-            result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
-        except Exception:
-            check_cancelled()  # an error caused by a cancellation (killed command, closed sandbox) is one
-            raise
-        finally:
-            ctx.close()
-        check_cancelled()  # commands killed by a cancellation do not make a trajectory
+    try:
+        with tracked(env), env:  # registered before it starts: a cancel during start still removes it
+            endpoint = ModelEndpoint(
+                base_url=client.base_url, api_key=settings.api_key, model=spec.model.model
+            )
+            ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
+            try:
+                result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
+            finally:
+                ctx.close()
+    except Exception:
+        check_cancelled()  # an error caused by a cancellation (killed command, closed sandbox) is one
+        raise
+    check_cancelled()  # commands killed by a cancellation do not make a trajectory
     assistant_turns, with_reasoning = result.reasoning
     usage = result.usage.as_dict()
     duration = round(time.monotonic() - started, 3)

@@ -16,58 +16,82 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TerminalBackend = Literal["local", "docker", "singularity", "modal"]
+"""The sandbox backends, by name (the one list: ``hermes_core.environments.BACKENDS`` maps each to its class)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class HermesSettings(BaseSettings):
-    """Process-wide settings. Build with keyword arguments to override the environment.
-
-    Examples:
-        >>> HermesSettings(terminal_timeout=30).terminal_timeout
-        30
-    """
+class _Area(BaseSettings):
+    """Base of the settings areas: the environment and ``.env``; extra variables ignored."""
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+
+class ModelEndpointSettings(_Area):
+    """The model API: endpoint, key, request timeout and retries."""
 
     api_key: SecretStr | None = Field(
         default=None,
         validation_alias=AliasChoices("api_key", "OPENROUTER_API_KEY", "OPENAI_API_KEY"),
         description="Model API key: OPENROUTER_API_KEY, else OPENAI_API_KEY. Never serialised in clear.",
     )
+
     base_url: str = Field(
         default="https://openrouter.ai/api/v1",
         validation_alias=AliasChoices("base_url", "HERMES_BASE_URL"),
         description="OpenAI-compatible endpoint of the model API.",
     )
+
+    request_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        validation_alias=AliasChoices("request_timeout", "HERMES_REQUEST_TIMEOUT"),
+        description="Timeout of one model API request, seconds.",
+    )
+
+    max_retries: int = Field(
+        default=5,
+        ge=0,
+        validation_alias=AliasChoices("max_retries", "HERMES_MAX_RETRIES"),
+        description="Retries of one model request on 429, 5xx, timeouts and connection errors.",
+    )
+
+
+class SandboxSettings(_Area):
+    """Per-prompt sandboxes: backend, command timeouts, container limits and images, local isolation."""
+
     terminal_env: TerminalBackend = Field(
         default="local",
         validation_alias=AliasChoices("terminal_env", "TERMINAL_ENV"),
         description="Sandbox backend of each prompt: local, docker, singularity or modal.",
     )
+
     terminal_timeout: int = Field(
         default=180,
         ge=1,
         validation_alias=AliasChoices("terminal_timeout", "TERMINAL_TIMEOUT"),
         description="Default timeout of one terminal command, seconds.",
     )
+
     terminal_max_foreground_timeout: int = Field(
         default=600,
         ge=1,
         validation_alias=AliasChoices("terminal_max_foreground_timeout", "TERMINAL_MAX_FOREGROUND_TIMEOUT"),
         description="Largest timeout a foreground terminal command may ask for, seconds.",
     )
+
     terminal_docker_image: str = Field(
         default="nikolaik/python-nodejs:python3.11-nodejs20",
         validation_alias=AliasChoices("terminal_docker_image", "TERMINAL_DOCKER_IMAGE"),
         description="Container image of prompts whose record names none (docker, singularity, modal).",
     )
-    # -- container sandboxes (docker, singularity, modal) and local isolation --------------
+
     docker_network: bool = Field(
         default=False,
         validation_alias=AliasChoices("docker_network", "HERMES_DOCKER_NETWORK"),
         description="Give containers a network (docker: the engine's default network; modal: no block). "
         "Off by default: containers have only loopback.",
     )
+
     container_memory_mb: int = Field(
         default=5120,
         ge=16,
@@ -76,35 +100,41 @@ class HermesSettings(BaseSettings):
         ),
         description="Memory limit of one prompt's container, MiB (swap included: no extra swap).",
     )
+
     container_cpus: float = Field(
         default=1.0,
         gt=0,
         validation_alias=AliasChoices("container_cpus", "HERMES_DOCKER_CPUS", "TERMINAL_CONTAINER_CPU"),
         description="CPU limit of one prompt's container, in cores (fractions allowed).",
     )
+
     container_pids_limit: int = Field(
         default=512,
         ge=8,
         validation_alias=AliasChoices("container_pids_limit", "HERMES_DOCKER_PIDS_LIMIT"),
         description="Most processes (and threads) alive at once in one prompt's container.",
     )
+
     docker_pull: bool = Field(
         default=True,
         validation_alias=AliasChoices("docker_pull", "HERMES_DOCKER_PULL"),
         description="Pull an image that is not present locally (once per run); off: such prompts fail.",
     )
+
     docker_pull_timeout: float = Field(
         default=300.0,
         gt=0,
         validation_alias=AliasChoices("docker_pull_timeout", "HERMES_DOCKER_PULL_TIMEOUT"),
         description="Longest wait for one image pull, seconds; past it the image counts as missing.",
     )
+
     docker_max_concurrent_starts: int = Field(
         default=4,
         ge=1,
         validation_alias=AliasChoices("docker_max_concurrent_starts", "HERMES_DOCKER_MAX_CONCURRENT_STARTS"),
         description="Container creations in flight at once in this process (others wait their turn).",
     )
+
     local_isolation: Literal["none", "bwrap", "auto"] = Field(
         default="auto",
         validation_alias=AliasChoices("local_isolation", "HERMES_LOCAL_ISOLATION"),
@@ -114,6 +144,7 @@ class HermesSettings(BaseSettings):
         "read-only, only the prompt's folder and its own /tmp are writable, it has its own pid namespace "
         "and sees no home folder, run folder, other prompt or Docker socket.",
     )
+
     sandbox_network: bool = Field(
         default=True,
         validation_alias=AliasChoices("sandbox_network", "HERMES_SANDBOX_NETWORK"),
@@ -121,6 +152,7 @@ class HermesSettings(BaseSettings):
         "reference's local backend); false: only a private loopback (bwrap --unshare-net). "
         "Containers use HERMES_DOCKER_NETWORK instead.",
     )
+
     sandbox_env: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         validation_alias=AliasChoices("sandbox_env", "HERMES_SANDBOX_ENV"),
@@ -129,219 +161,14 @@ class HermesSettings(BaseSettings):
         "else of the host's environment gets in (local commands also get PATH, HOME, LANG/LC_*, TERM, "
         "TZ, TMPDIR, USER, SHELL).",
     )
+
     modal_app_name: str = Field(
         default="hermes-batch",
         validation_alias=AliasChoices("modal_app_name", "HERMES_MODAL_APP"),
         description="Modal app that owns the sandboxes of the modal backend (created if missing).",
     )
-    terminal_output_max_chars: int = Field(
-        default=50_000,
-        ge=1000,
-        validation_alias=AliasChoices("terminal_output_max_chars", "HERMES_TERMINAL_OUTPUT_MAX_CHARS"),
-        description="Bound of a terminal result's output; longer output keeps the first 40% and last 60%.",
-    )
-    tool_result_max_chars: int = Field(
-        default=100_000,
-        ge=1000,
-        validation_alias=AliasChoices("tool_result_max_chars", "HERMES_TOOL_RESULT_MAX_CHARS"),
-        description="Bound of any tool result (file tools included), characters.",
-    )
-    request_timeout: float = Field(
-        default=600.0,
-        gt=0,
-        validation_alias=AliasChoices("request_timeout", "HERMES_REQUEST_TIMEOUT"),
-        description="Timeout of one model API request, seconds.",
-    )
-    max_retries: int = Field(
-        default=5,
-        ge=0,
-        validation_alias=AliasChoices("max_retries", "HERMES_MAX_RETRIES"),
-        description="Retries of one model request on 429, 5xx, timeouts and connection errors.",
-    )
 
-    # --- web toolset (web_search, web_extract): the first configured backend, or web_backend
-    web_backend: Literal["auto", "firecrawl", "tavily", "searxng"] = Field(
-        default="auto",
-        validation_alias=AliasChoices("web_backend", "HERMES_WEB_BACKEND"),
-        description="Web backend: auto = the first configured of Firecrawl, Tavily, SearXNG.",
-    )
-    firecrawl_api_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("firecrawl_api_key", "FIRECRAWL_API_KEY"),
-        description="Firecrawl API key (search and extraction).",
-    )
-    firecrawl_api_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("firecrawl_api_url", "FIRECRAWL_API_URL"),
-        description="Self-hosted Firecrawl base URL (no key needed); None = https://api.firecrawl.dev.",
-    )
-    tavily_api_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("tavily_api_key", "TAVILY_API_KEY"),
-        description="Tavily API key (search and extraction).",
-    )
-    tavily_api_url: str = Field(
-        default="https://api.tavily.com",
-        validation_alias=AliasChoices("tavily_api_url", "TAVILY_API_URL"),
-        description="Tavily base URL.",
-    )
-    searxng_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("searxng_url", "SEARXNG_URL"),
-        description="Self-hosted SearXNG base URL (JSON format enabled); search only, pages are fetched directly.",
-    )
-    web_timeout: float = Field(
-        default=30.0,
-        gt=0,
-        validation_alias=AliasChoices("web_timeout", "HERMES_WEB_TIMEOUT"),
-        description="Timeout of one web request (vendor API, page or image download), seconds.",
-    )
-    web_max_retries: int = Field(
-        default=2,
-        ge=0,
-        validation_alias=AliasChoices("web_max_retries", "HERMES_WEB_MAX_RETRIES"),
-        description="Retries of a web/image vendor request on 429, 5xx, timeouts and connection errors.",
-    )
-    web_max_bytes: int = Field(
-        default=5_000_000,
-        ge=10_000,
-        validation_alias=AliasChoices("web_max_bytes", "HERMES_WEB_MAX_BYTES"),
-        description="Largest page or vendor response read, bytes; a larger one is an error.",
-    )
-    web_block_private_addresses: bool = Field(
-        default=True,
-        validation_alias=AliasChoices("web_block_private_addresses", "HERMES_WEB_BLOCK_PRIVATE_ADDRESSES"),
-        description=(
-            "web_extract and image downloads refuse loopback, private, link-local and reserved addresses "
-            "(set false to reach pages on this machine, e.g. offline demos)."
-        ),
-    )
-
-    # --- image_gen toolset (image_generate)
-    image_backend: Literal["auto", "fal", "openai"] = Field(
-        default="auto",
-        validation_alias=AliasChoices("image_backend", "HERMES_IMAGE_BACKEND"),
-        description="Image backend: auto = FAL when FAL_KEY is set, else the OpenAI-compatible image_base_url.",
-    )
-    fal_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("fal_key", "FAL_KEY"),
-        description="FAL.ai API key.",
-    )
-    fal_model: str = Field(
-        default="fal-ai/flux-2/klein/9b",
-        validation_alias=AliasChoices("fal_model", "HERMES_FAL_MODEL"),
-        description="FAL model id (endpoint path).",
-    )
-    fal_api_url: str = Field(
-        default="https://fal.run",
-        validation_alias=AliasChoices("fal_api_url", "HERMES_FAL_API_URL"),
-        description="FAL synchronous run base URL.",
-    )
-    image_base_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("image_base_url", "HERMES_IMAGE_BASE_URL"),
-        description="OpenAI-compatible endpoint (…/v1) serving POST /images/generations.",
-    )
-    image_api_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("image_api_key", "HERMES_IMAGE_API_KEY"),
-        description="Key of image_base_url; None = the model API key.",
-    )
-    image_model: str = Field(
-        default="gpt-image-1",
-        validation_alias=AliasChoices("image_model", "HERMES_IMAGE_MODEL"),
-        description="Model id sent to the OpenAI-compatible images endpoint.",
-    )
-    image_timeout: float = Field(
-        default=180.0,
-        gt=0,
-        validation_alias=AliasChoices("image_timeout", "HERMES_IMAGE_TIMEOUT"),
-        description="Timeout of one image generation request, seconds.",
-    )
-
-    # --- vision toolset (vision_analyze, browser_vision): an OpenAI-compatible chat model with image input
-    vision_model: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("vision_model", "HERMES_VISION_MODEL", "AUXILIARY_VISION_MODEL"),
-        description="Vision model id; None = the run's own model.",
-    )
-    vision_base_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("vision_base_url", "HERMES_VISION_BASE_URL"),
-        description="Endpoint of the vision model; None = the run's endpoint (with the run's key).",
-    )
-    vision_api_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("vision_api_key", "HERMES_VISION_API_KEY"),
-        description="Key of vision_base_url; None = the model API key.",
-    )
-    vision_timeout: float = Field(
-        default=120.0,
-        gt=0,
-        validation_alias=AliasChoices("vision_timeout", "HERMES_VISION_TIMEOUT"),
-        description="Timeout of one vision request, seconds.",
-    )
-    vision_max_image_bytes: int = Field(
-        default=20_000_000,
-        ge=10_000,
-        validation_alias=AliasChoices("vision_max_image_bytes", "HERMES_VISION_MAX_IMAGE_BYTES"),
-        description="Largest image sent to the vision model, bytes.",
-    )
-
-    # --- moa toolset (mixture_of_agents)
-    moa_reference_models: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        validation_alias=AliasChoices("moa_reference_models", "HERMES_MOA_REFERENCE_MODELS"),
-        description="Reference model ids, comma-separated; empty = the run's own model.",
-    )
-    moa_aggregator_model: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("moa_aggregator_model", "HERMES_MOA_AGGREGATOR_MODEL"),
-        description="Aggregator model id; None = the run's own model.",
-    )
-    moa_base_url: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("moa_base_url", "HERMES_MOA_BASE_URL"),
-        description="Endpoint of the MoA models; None = the run's endpoint (with the run's key).",
-    )
-    moa_api_key: SecretStr | None = Field(
-        default=None,
-        validation_alias=AliasChoices("moa_api_key", "HERMES_MOA_API_KEY"),
-        description="Key of moa_base_url; None = the model API key.",
-    )
-    moa_timeout: float = Field(
-        default=300.0,
-        gt=0,
-        validation_alias=AliasChoices("moa_timeout", "HERMES_MOA_TIMEOUT"),
-        description="Timeout of one MoA model request, seconds.",
-    )
-
-    # --- browser toolset (browser_*): Playwright driving a local Chromium
-    browser_executable_path: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("browser_executable_path", "HERMES_BROWSER_EXECUTABLE_PATH"),
-        description="Chromium executable; None = /usr/bin/chromium if present, else chromium on PATH.",
-    )
-    browser_headless: bool = Field(
-        default=True,
-        validation_alias=AliasChoices("browser_headless", "HERMES_BROWSER_HEADLESS"),
-        description="Run Chromium headless.",
-    )
-    browser_max_contexts: int = Field(
-        default=8,
-        ge=1,
-        validation_alias=AliasChoices("browser_max_contexts", "HERMES_BROWSER_MAX_CONTEXTS"),
-        description="Browser contexts (one per prompt using the browser) open at once in this process.",
-    )
-    browser_timeout: float = Field(
-        default=30.0,
-        gt=0,
-        validation_alias=AliasChoices("browser_timeout", "HERMES_BROWSER_TIMEOUT"),
-        description="Timeout of one browser command, seconds (navigation gets twice this).",
-    )
-
-    @field_validator("moa_reference_models", "sandbox_env", mode="before")
+    @field_validator("sandbox_env", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -358,3 +185,287 @@ class HermesSettings(BaseSettings):
                 f"(letters, digits, _; not starting with a digit); not valid: {', '.join(map(repr, bad))}"
             )
         return names
+
+
+class LimitSettings(_Area):
+    """Bounds of what goes back to the model."""
+
+    terminal_output_max_chars: int = Field(
+        default=50_000,
+        ge=1000,
+        validation_alias=AliasChoices("terminal_output_max_chars", "HERMES_TERMINAL_OUTPUT_MAX_CHARS"),
+        description="Bound of a terminal result's output; longer output keeps the first 40% and last 60%.",
+    )
+
+    tool_result_max_chars: int = Field(
+        default=100_000,
+        ge=1000,
+        validation_alias=AliasChoices("tool_result_max_chars", "HERMES_TOOL_RESULT_MAX_CHARS"),
+        description="Bound of any tool result (file tools included), characters.",
+    )
+
+
+class WebSettings(_Area):
+    """The web toolset (web_search, web_extract): the first configured backend, or web_backend."""
+
+    web_backend: Literal["auto", "firecrawl", "tavily", "searxng"] = Field(
+        default="auto",
+        validation_alias=AliasChoices("web_backend", "HERMES_WEB_BACKEND"),
+        description="Web backend: auto = the first configured of Firecrawl, Tavily, SearXNG.",
+    )
+
+    firecrawl_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("firecrawl_api_key", "FIRECRAWL_API_KEY"),
+        description="Firecrawl API key (search and extraction).",
+    )
+
+    firecrawl_api_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("firecrawl_api_url", "FIRECRAWL_API_URL"),
+        description="Self-hosted Firecrawl base URL (no key needed); None = https://api.firecrawl.dev.",
+    )
+
+    tavily_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("tavily_api_key", "TAVILY_API_KEY"),
+        description="Tavily API key (search and extraction).",
+    )
+
+    tavily_api_url: str = Field(
+        default="https://api.tavily.com",
+        validation_alias=AliasChoices("tavily_api_url", "TAVILY_API_URL"),
+        description="Tavily base URL.",
+    )
+
+    searxng_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("searxng_url", "SEARXNG_URL"),
+        description="Self-hosted SearXNG base URL (JSON format enabled); search only, pages are fetched directly.",
+    )
+
+    web_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=AliasChoices("web_timeout", "HERMES_WEB_TIMEOUT"),
+        description="Timeout of one web request (vendor API, page or image download), seconds.",
+    )
+
+    web_max_retries: int = Field(
+        default=2,
+        ge=0,
+        validation_alias=AliasChoices("web_max_retries", "HERMES_WEB_MAX_RETRIES"),
+        description="Retries of a web/image vendor request on 429, 5xx, timeouts and connection errors.",
+    )
+
+    web_max_bytes: int = Field(
+        default=5_000_000,
+        ge=10_000,
+        validation_alias=AliasChoices("web_max_bytes", "HERMES_WEB_MAX_BYTES"),
+        description="Largest page or vendor response read, bytes; a larger one is an error.",
+    )
+
+    web_block_private_addresses: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("web_block_private_addresses", "HERMES_WEB_BLOCK_PRIVATE_ADDRESSES"),
+        description=(
+            "web_extract and image downloads refuse loopback, private, link-local and reserved addresses "
+            "(set false to reach pages on this machine, e.g. offline demos)."
+        ),
+    )
+
+
+class ImageSettings(_Area):
+    """The image_gen toolset (image_generate)."""
+
+    image_backend: Literal["auto", "fal", "openai"] = Field(
+        default="auto",
+        validation_alias=AliasChoices("image_backend", "HERMES_IMAGE_BACKEND"),
+        description="Image backend: auto = FAL when FAL_KEY is set, else the OpenAI-compatible image_base_url.",
+    )
+
+    fal_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("fal_key", "FAL_KEY"),
+        description="FAL.ai API key.",
+    )
+
+    fal_model: str = Field(
+        default="fal-ai/flux-2/klein/9b",
+        validation_alias=AliasChoices("fal_model", "HERMES_FAL_MODEL"),
+        description="FAL model id (endpoint path).",
+    )
+
+    fal_api_url: str = Field(
+        default="https://fal.run",
+        validation_alias=AliasChoices("fal_api_url", "HERMES_FAL_API_URL"),
+        description="FAL synchronous run base URL.",
+    )
+
+    image_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("image_base_url", "HERMES_IMAGE_BASE_URL"),
+        description="OpenAI-compatible endpoint (…/v1) serving POST /images/generations.",
+    )
+
+    image_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("image_api_key", "HERMES_IMAGE_API_KEY"),
+        description="Key of image_base_url; None = the model API key.",
+    )
+
+    image_model: str = Field(
+        default="gpt-image-1",
+        validation_alias=AliasChoices("image_model", "HERMES_IMAGE_MODEL"),
+        description="Model id sent to the OpenAI-compatible images endpoint.",
+    )
+
+    image_timeout: float = Field(
+        default=180.0,
+        gt=0,
+        validation_alias=AliasChoices("image_timeout", "HERMES_IMAGE_TIMEOUT"),
+        description="Timeout of one image generation request, seconds.",
+    )
+
+
+class VisionSettings(_Area):
+    """The vision toolset (vision_analyze, browser_vision): an OpenAI-compatible chat model with image input."""
+
+    vision_model: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("vision_model", "HERMES_VISION_MODEL", "AUXILIARY_VISION_MODEL"),
+        description="Vision model id; None = the run's own model.",
+    )
+
+    vision_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("vision_base_url", "HERMES_VISION_BASE_URL"),
+        description="Endpoint of the vision model; None = the run's endpoint (with the run's key).",
+    )
+
+    vision_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("vision_api_key", "HERMES_VISION_API_KEY"),
+        description="Key of vision_base_url; None = the model API key.",
+    )
+
+    vision_timeout: float = Field(
+        default=120.0,
+        gt=0,
+        validation_alias=AliasChoices("vision_timeout", "HERMES_VISION_TIMEOUT"),
+        description="Timeout of one vision request, seconds.",
+    )
+
+    vision_max_image_bytes: int = Field(
+        default=20_000_000,
+        ge=10_000,
+        validation_alias=AliasChoices("vision_max_image_bytes", "HERMES_VISION_MAX_IMAGE_BYTES"),
+        description="Largest image sent to the vision model, bytes.",
+    )
+
+
+class MoaSettings(_Area):
+    """The moa toolset (mixture_of_agents)."""
+
+    moa_reference_models: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("moa_reference_models", "HERMES_MOA_REFERENCE_MODELS"),
+        description="Reference model ids, comma-separated; empty = the run's own model.",
+    )
+
+    moa_aggregator_model: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("moa_aggregator_model", "HERMES_MOA_AGGREGATOR_MODEL"),
+        description="Aggregator model id; None = the run's own model.",
+    )
+
+    moa_base_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("moa_base_url", "HERMES_MOA_BASE_URL"),
+        description="Endpoint of the MoA models; None = the run's endpoint (with the run's key).",
+    )
+
+    moa_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("moa_api_key", "HERMES_MOA_API_KEY"),
+        description="Key of moa_base_url; None = the model API key.",
+    )
+
+    moa_timeout: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias=AliasChoices("moa_timeout", "HERMES_MOA_TIMEOUT"),
+        description="Timeout of one MoA model request, seconds.",
+    )
+
+    @field_validator("moa_reference_models", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
+class BrowserSettings(_Area):
+    """The browser toolset (browser_*): Playwright driving a local Chromium."""
+
+    browser_executable_path: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("browser_executable_path", "HERMES_BROWSER_EXECUTABLE_PATH"),
+        description="Chromium executable; None = /usr/bin/chromium if present, else chromium on PATH.",
+    )
+
+    browser_headless: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("browser_headless", "HERMES_BROWSER_HEADLESS"),
+        description="Run Chromium headless.",
+    )
+
+    browser_max_contexts: int = Field(
+        default=8,
+        ge=1,
+        validation_alias=AliasChoices("browser_max_contexts", "HERMES_BROWSER_MAX_CONTEXTS"),
+        description="Browser contexts (one per prompt using the browser) open at once in this process.",
+    )
+
+    browser_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=AliasChoices("browser_timeout", "HERMES_BROWSER_TIMEOUT"),
+        description="Timeout of one browser command, seconds (navigation gets twice this).",
+    )
+
+
+class HermesSettings(
+    ModelEndpointSettings,
+    SandboxSettings,
+    LimitSettings,
+    WebSettings,
+    ImageSettings,
+    VisionSettings,
+    MoaSettings,
+    BrowserSettings,
+):
+    """Process-wide settings: every area in one object. Build with keyword arguments to override the environment.
+
+    Each area is its own model above (a component may take just the area it uses); this class
+    is their union, so ``settings.terminal_timeout`` and ``settings.web_timeout`` both work.
+
+    Examples:
+        >>> HermesSettings(terminal_timeout=30).terminal_timeout
+        30
+    """
+
+
+__all__ = [
+    "BrowserSettings",
+    "HermesSettings",
+    "ImageSettings",
+    "LimitSettings",
+    "ModelEndpointSettings",
+    "MoaSettings",
+    "SandboxSettings",
+    "TerminalBackend",
+    "VisionSettings",
+    "WebSettings",
+]

@@ -55,6 +55,9 @@ DEFAULT_PLAN = [
     ("pending", "Never run yet"),
 ]
 
+TEST_FLOW_RUN_ID = "00000000-0000-4000-8000-000000000001"
+"""The flow run id the test run folders are written under."""
+
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
@@ -114,7 +117,7 @@ def build_run(
     dataset.write_text(
         "".join(json.dumps({"prompt": p, "kind": k}) + "\n" for k, p in plan), encoding="utf-8"
     )
-    config = BatchConfig(
+    config = BatchConfig.from_options(
         dataset_file=str(dataset),
         batch_size=batch_size,
         run_name=run_name,
@@ -127,7 +130,7 @@ def build_run(
     ds = read_dataset(dataset)
     jobs = jobs_of(ds, config.settings_hash())
     info = start_invocation(
-        run_dir, run_name, config.defining_settings(), config.settings_hash(), ds, "test-flow-run"
+        run_dir, run_name, config.defining_settings(), config.settings_hash(), ds, TEST_FLOW_RUN_ID
     )
     ledger = RunLedger.open(run_dir, run_name)
     index_of = {j.prompt_id: j.prompt_index for j in jobs}
@@ -174,10 +177,11 @@ def build_run(
         distribution=config.distribution,
         model=config.model,
         batch_size=batch_size,
-        total_prompts=len(jobs),
+        index_of=index_of,
         duration_seconds=1.5,
         failed_prompt_ids=failed,
         valid_tools=ALL_POSSIBLE_TOOLS,
+        flow_run_id=TEST_FLOW_RUN_ID,
     )
     write_json_atomic(run_dir / "statistics.json", stats)
     return run_dir

@@ -231,10 +231,18 @@ def test_run_summaries_print_the_view_command(run_dir, capsys):
     from flows.console import print_summary
     from flows.generate import summary_markdown
 
-    config = BatchConfig(
+    config = BatchConfig.from_options(
         dataset_file="prompts.jsonl", batch_size=2, run_name=run_dir.name, output_dir=str(run_dir.parent)
     )
     stats = json.loads((run_dir / "statistics.json").read_text())
     assert f"| view it | `hermes-batch view {run_dir}` |" in summary_markdown(config, stats).splitlines()
-    print_summary(config, state=None)
+    from uuid import UUID
+
+    from prefect.states import Completed
+
+    from tests.run_folders import TEST_FLOW_RUN_ID
+
+    state = Completed()
+    state.state_details.flow_run_id = UUID(TEST_FLOW_RUN_ID)
+    print_summary(config, state=state)
     assert f"View it: hermes-batch view {run_dir}" in capsys.readouterr().out.replace("\n", "")

@@ -17,10 +17,10 @@ import importlib
 import posixpath
 import threading
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, get_args, runtime_checkable
 
 from hermes_core.exceptions import ConfigError
-from hermes_core.settings import HermesSettings
+from hermes_core.settings import HermesSettings, TerminalBackend
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +132,12 @@ class ContainerSandbox(SandboxLifecycle):
         self._state_lock = threading.Lock()
 
 
-# name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
-    "local": "hermes_core.environments.local:LocalEnvironment",
-    "docker": "hermes_core.environments.docker:DockerEnvironment",
-    "singularity": "hermes_core.environments.singularity:SingularityEnvironment",
-    "modal": "hermes_core.environments.modal:ModalEnvironment",
+    name: f"hermes_core.environments.{name}:{name.capitalize()}Environment"
+    for name in get_args(TerminalBackend)
 }
+"""Backend name (:data:`~hermes_core.settings.TerminalBackend`, the one list) -> ``module:Class``;
+modules are imported only when chosen."""
 
 
 def create_environment(backend: str, **kwargs: Any) -> Environment:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from hermes_core.client import ModelClient, ModelOptions
+from hermes_core.endpoints import is_local_endpoint
 from hermes_core.exceptions import ConfigError, ModelError
 from hermes_core.tools._registry import ToolContext
 
@@ -38,15 +39,11 @@ class AuxEndpoint:
     model: str
 
 
-def _is_local(url: str) -> bool:
-    return "://127.0.0.1" in url or "://localhost" in url
-
-
 def own_endpoint_problem(
     base_url: str | None, own_key: SecretStr | None, main_key: SecretStr | None
 ) -> str | None:
     """Availability of a tool with its own endpoint setting: None when usable (key known or local endpoint)."""
-    if base_url and not (own_key or main_key or _is_local(base_url)):
+    if base_url and not (own_key or main_key or is_local_endpoint(base_url)):
         return f"{base_url} is set but has no API key"
     return None
 

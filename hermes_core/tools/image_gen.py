@@ -24,6 +24,7 @@ import hashlib
 import posixpath
 from typing import Literal
 
+from hermes_core.endpoints import is_local_endpoint
 from hermes_core.settings import HermesSettings
 from hermes_core.tools._http import HttpError, request
 from hermes_core.tools._registry import ToolContext, tool
@@ -39,11 +40,7 @@ def configured_backend(settings: HermesSettings) -> str | None:
     usable = {
         "fal": bool(settings.fal_key),
         "openai": bool(settings.image_base_url)
-        and (
-            bool(settings.image_api_key or settings.api_key)
-            or "://127.0.0.1" in settings.image_base_url
-            or "://localhost" in settings.image_base_url
-        ),
+        and (bool(settings.image_api_key or settings.api_key) or is_local_endpoint(settings.image_base_url)),
     }
     if settings.image_backend != "auto":
         return settings.image_backend if usable[settings.image_backend] else None
