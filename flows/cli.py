@@ -220,7 +220,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
         except ConfigError as exc:
             raise CliError(str(exc)) from None
     if resolve_backend(config.terminal_env, settings) == "docker":  # one line, not one per prompt
-        from hermes_core.environments.docker import EngineUnavailable, ping_engine
+        from hermes_core.environments.docker_engine import EngineUnavailable, ping_engine
 
         try:
             ping_engine()

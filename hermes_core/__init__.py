@@ -1,54 +1,55 @@
 """hermes_core: the Hermes agent library. It does not import Prefect.
 
 What ``flows/`` and ``tasks/`` use is re-exported here; modules with a leading
-underscore are private.
+underscore are private. Names are imported on first use (PEP 562), so ``import hermes_core``
+(or any of its light modules, e.g. ``hermes_core.exceptions``) loads no model client, web
+framework, browser driver or tool backend.
 """
 
-from hermes_core.agent import Agent, AgentConfig, AgentResult
-from hermes_core.client import ModelClient, ModelOptions, Usage
-from hermes_core.distributions import DISTRIBUTIONS, format_distributions, get_distribution, sample_toolsets
-from hermes_core.environments import Environment, ExecResult, create_environment
-from hermes_core.exceptions import (
-    AgentStop,
-    ConfigError,
-    HermesError,
-    ModelError,
-    PromptTimeout,
-    SandboxError,
-    ToolError,
-)
-from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt, unavailable_tools
-from hermes_core.settings import HermesSettings
-from hermes_core.tools import ALL_POSSIBLE_TOOLS, REGISTRY, TOOLSETS
+import importlib
+from typing import Any
 
-__all__ = [
-    "ALL_POSSIBLE_TOOLS",
-    "DISTRIBUTIONS",
-    "REGISTRY",
-    "TOOLSETS",
-    "Agent",
-    "AgentConfig",
-    "AgentResult",
-    "AgentStop",
-    "ConfigError",
-    "Environment",
-    "ExecResult",
-    "HermesError",
-    "HermesSettings",
-    "ModelClient",
-    "ModelError",
-    "ModelOptions",
-    "PromptJob",
-    "PromptOutcome",
-    "PromptTimeout",
-    "RunSpec",
-    "SandboxError",
-    "ToolError",
-    "Usage",
-    "create_environment",
-    "format_distributions",
-    "get_distribution",
-    "run_prompt",
-    "sample_toolsets",
-    "unavailable_tools",
-]
+_PUBLIC: dict[str, str] = {
+    "ALL_POSSIBLE_TOOLS": "hermes_core.tools",
+    "Agent": "hermes_core.agent",
+    "AgentConfig": "hermes_core.agent",
+    "AgentResult": "hermes_core.agent",
+    "AgentStop": "hermes_core.exceptions",
+    "ConfigError": "hermes_core.exceptions",
+    "DISTRIBUTIONS": "hermes_core.distributions",
+    "Environment": "hermes_core.environments",
+    "ExecResult": "hermes_core.environments",
+    "HermesError": "hermes_core.exceptions",
+    "HermesSettings": "hermes_core.settings",
+    "ModelClient": "hermes_core.client",
+    "ModelError": "hermes_core.exceptions",
+    "ModelOptions": "hermes_core.client",
+    "PromptJob": "hermes_core.runner",
+    "PromptOutcome": "hermes_core.runner",
+    "PromptTimeout": "hermes_core.exceptions",
+    "REGISTRY": "hermes_core.tools",
+    "RunSpec": "hermes_core.runner",
+    "SandboxError": "hermes_core.exceptions",
+    "TOOLSETS": "hermes_core.tools",
+    "ToolError": "hermes_core.exceptions",
+    "Usage": "hermes_core.client",
+    "create_environment": "hermes_core.environments",
+    "format_distributions": "hermes_core.distributions",
+    "get_distribution": "hermes_core.distributions",
+    "run_prompt": "hermes_core.runner",
+    "sample_toolsets": "hermes_core.distributions",
+    "unavailable_tools": "hermes_core.runner",
+}
+"""Public name -> the module that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hermes_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = sorted(_PUBLIC)

@@ -113,7 +113,7 @@ class Agent:
         started = time.monotonic()
         self.messages = [{"role": "user", "content": prompt}]
         self._by_name = {t.name: t for t in self.tools}
-        self._schemas = [t.schema() for t in self.tools]
+        self._schemas = [t.schema(self.ctx.settings) for t in self.tools]
         completed, partial, reason = True, False, "final_answer"
         try:
             while not self.step():
@@ -143,8 +143,14 @@ class Agent:
         if turn.message["finish_reason"] == "length":
             raise OutputTruncated("the response was cut by the length limit")
         calls = turn.message.get("tool_calls") or []
-        for call in calls:
-            self.messages.append(self._execute(call))
+        for i, call in enumerate(calls):
+            try:
+                self.messages.append(self._execute(call))
+            except RepeatedToolErrors:
+                for skipped in calls[i + 1 :]:  # a tool call never goes without a result
+                    note = {"error": "Not run: the turn ended after repeated malformed tool calls"}
+                    self.messages.append(_tool_message(skipped, json.dumps(note)))
+                raise
         return not calls
 
     def _request_messages(self) -> list[dict[str, Any]]:
@@ -181,14 +187,17 @@ class Agent:
             log.debug("tool call %s(%s)", name, raw_args[:preview])
             content = tool.invoke(self.ctx, arguments)
             log.debug("tool result %s: %s", name, content[:preview])
-            return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
+            return _tool_message(call, content)
         self._bad_calls_in_a_row += 1
         if self._bad_calls_in_a_row >= self.config.max_consecutive_tool_errors:
-            self.messages.append(
-                {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
-            )
+            self.messages.append(_tool_message(call, content))
             raise RepeatedToolErrors(f"{self._bad_calls_in_a_row} malformed tool calls in a row")
-        return {"role": "tool", "tool_call_id": call["id"], "name": name, "content": content}
+        return _tool_message(call, content)
+
+
+def _tool_message(call: dict[str, Any], content: str) -> dict[str, Any]:
+    """The tool message answering ``call``."""
+    return {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": content}
 
 
 def _wire(message: dict[str, Any]) -> dict[str, Any]:

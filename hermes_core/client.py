@@ -21,6 +21,7 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -369,7 +370,11 @@ def _read_turn(response: Any) -> ModelTurn:
 
 
 def _read_tool_call(call: dict[str, Any]) -> dict[str, Any]:
-    """One ``tool_calls`` entry as ``{"id", "type": "function", "function": {"name", "arguments"}}``."""
+    """One ``tool_calls`` entry as ``{"id", "type": "function", "function": {"name", "arguments"}}``.
+
+    A missing id (some OpenAI-compatible servers omit it) is synthesised, so the tool message and
+    the trajectory never carry ``null``.
+    """
     function = call["function"]
     arguments = function.get("arguments")
     if arguments is None:
@@ -377,7 +382,7 @@ def _read_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     elif not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
     return {
-        "id": call.get("id"),
+        "id": call.get("id") or f"call_{secrets.token_hex(8)}",  # some servers omit it: never null
         "type": "function",
         "function": {"name": function.get("name"), "arguments": arguments},
     }

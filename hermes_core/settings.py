@@ -85,9 +85,11 @@ class SandboxSettings(_Area):
         description="Container image of prompts whose record names none (docker, singularity, modal).",
     )
 
-    docker_network: bool = Field(
+    container_network: bool = Field(
         default=False,
-        validation_alias=AliasChoices("docker_network", "HERMES_DOCKER_NETWORK"),
+        validation_alias=AliasChoices(
+            "container_network", "HERMES_CONTAINER_NETWORK", "HERMES_DOCKER_NETWORK"
+        ),
         description="Give containers a network (docker: the engine's default network; modal: no block). "
         "Off by default: containers have only loopback.",
     )

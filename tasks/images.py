@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from hermes_core.environments.docker import reap_run_containers
-from hermes_core.environments.images import check_images
+from hermes_core.environments import container_image
+from hermes_core.environments.docker_engine import check_images, reap_run_containers
 from hermes_core.runner import PromptJob
 from hermes_core.settings import HermesSettings
 from tasks.ledger import RunLedger
@@ -20,8 +20,8 @@ CONTAINER_BACKENDS = frozenset({"docker"})
 
 
 def image_of(job: PromptJob, settings: HermesSettings) -> str:
-    """The image a prompt runs in: the record's ``image``/``docker_image``, else ``TERMINAL_DOCKER_IMAGE``."""
-    return job.image or settings.terminal_docker_image
+    """The image a prompt runs in (:func:`hermes_core.environments.container_image`)."""
+    return container_image(job.image, settings)
 
 
 @task(name="prepare-sandboxes", persist_result=False)

@@ -10,6 +10,21 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+VENDOR_VARIABLES = (
+    "FIRECRAWL_", "TAVILY_", "SEARXNG_", "FAL_", "HERMES_IMAGE_", "HERMES_VISION_", "HERMES_MOA_",
+    "HERMES_WEB_BACKEND", "HERMES_BROWSER_", "AUXILIARY_VISION_MODEL",
+)  # fmt: skip
+"""Prefixes of the backend variables a developer's shell may hold: tests start without them."""
+
+
+@pytest.fixture(autouse=True)
+def _isolated_backends(monkeypatch):
+    """Every test sees no ambient web, image, vision, moa or browser backend configuration."""
+    for name in list(os.environ):
+        if name.startswith(VENDOR_VARIABLES):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session")
 def mock_server():
     """One mock model server (real uvicorn on 127.0.0.1) for the whole session."""

@@ -424,3 +424,24 @@ def test_toolset_draw_is_paired_across_models_and_turn_limits(mock_server, tmp_p
     assert len({tuple(ts) for ts in first}) > 1  # the draw does vary from prompt to prompt
     ids = {job.prompt_id for job in jobs_of(records, "a")} & {job.prompt_id for job in jobs_of(records, "b")}
     assert not ids  # while the prompts' identities (cache, ledger) do differ between the runs
+
+
+def test_repeated_tool_errors_mid_turn_leave_no_call_without_a_result(mock_server):
+    # 4 calls per turn, all with invalid arguments: the 3rd ends the run; the 4th still gets a result
+    outcome = run_prompt(
+        _job("Parallel bad calls"), _spec(mock_server, "mock/scripted?bad_args=1&parallel=4"), SETTINGS
+    )
+    row = outcome.row
+    assert row["metadata"]["stop_reason"] == "RepeatedToolErrors" and row["partial"] is True
+    tool_turn = row["conversations"][3]["value"]
+    assert tool_turn.count("<tool_response>") == 4
+    assert "Not run: the turn ended after repeated malformed tool calls" in tool_turn
+    assert sum(v["failure"] for v in row["tool_stats"].values()) == 4
+
+
+def test_a_tool_call_without_an_id_gets_one():
+    turn = _complete_with_reply(
+        _message(content=None, tool_calls=[{"function": {"name": "terminal", "arguments": "{}"}}])
+    )
+    call_id = turn.message["tool_calls"][0]["id"]
+    assert isinstance(call_id, str) and call_id.startswith("call_") and len(call_id) == 21

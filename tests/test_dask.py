@@ -42,3 +42,25 @@ def test_dask_runner_produces_the_same_trajectories_as_threads(cli, mock_server)
 
     assert [_comparable(r) for r in rows("dask")] == [_comparable(r) for r in rows("threads")]
     assert len(rows("dask")) == 6
+
+
+def test_dask_prompts_run_in_the_worker_processes(cli, mock_server):
+    # a plain local command's grandparent is the Python process that runs the prompt
+    show = "awk '{print $4}' /proc/$PPID/stat"
+    prompts = [f"[mock:turns=1,command={show}] dask pid prompt {i}" for i in range(4)]
+    dataset = cli.cwd / "pids.jsonl"
+    dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    proc = cli.spawn(
+        f"--dataset_file={dataset}", "--batch_size=4", "--model=mock/scripted", "--base_url", mock_server.base_url,
+        "--distribution=terminal_only", "--num_workers=4", "--run_name=dask-pids", "--task_runner=dask",
+        "--dask_workers=2", env={"HERMES_LOCAL_ISOLATION": "none"},
+    )  # fmt: skip
+    assert proc.wait(timeout=400) == 0
+    rows = [json.loads(line) for line in (cli.cwd / "data" / "dask-pids" / "trajectories.jsonl").open()]
+    pids = set()
+    for row in rows:
+        tool = next(t["value"] for t in row["conversations"] if t["from"] == "tool")
+        payload = json.loads(tool.split("<tool_response>\n", 1)[1].split("\n</tool_response>")[0])
+        pids.add(int(payload["content"]["output"]))
+    assert len(rows) == 4 and proc.pid not in pids  # not the flow's process
+    assert 1 <= len(pids) <= 2  # the local cluster's worker processes

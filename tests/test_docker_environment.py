@@ -16,17 +16,17 @@ import docker
 import pytest
 
 from hermes_core.environments import create_environment
-from hermes_core.environments.docker import (
+from hermes_core.environments.docker import DockerEnvironment
+from hermes_core.environments.docker_engine import (
     LABEL_PROMPT,
     LABEL_RUN,
     LABEL_RUN_ID,
-    DockerEnvironment,
     EngineUnavailable,
     ImageUnavailable,
+    check_images,
     docker_client,
     reap_run_containers,
 )
-from hermes_core.environments.images import check_images
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext

@@ -57,3 +57,49 @@ def test_forget_drops_a_recorded_prompts_bookkeeping_and_only_its(prefect_server
     assert seen["after"] == (0, False, False)
     other_before, other_after = seen["other"]
     assert other_before == other_after and other_before[0] >= 6
+
+
+def test_memory_per_recorded_prompt_stays_flat(prefect_server):
+    """Traced memory after 1,100 and after 2,100 recorded prompts: the growth per prompt is bounded.
+
+    Both points are past Prefect's own bounded cache of the last 1,000 task results.
+    """
+    import tracemalloc
+
+    from prefect import flow, task
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from flows.generate import _forget
+    from hermes_core.runner import PromptOutcome
+
+    @task(persist_result=False)
+    def outcome(i: int) -> PromptOutcome:
+        return PromptOutcome(
+            prompt_id=f"p{i}", prompt_index=i, status="completed", row={"prompt_index": i, "pad": "x" * 2000},
+            assistant_turns=1, turns_with_reasoning=1, usage={"prompt_tokens": i}, duration_s=0.5,
+        )  # fmt: skip
+
+    @flow(persist_result=False)
+    def many(n: int) -> list[int]:
+        traced = []
+        with ThreadPoolTaskRunner(max_workers=4) as runner:
+            for i in range(n):
+                future = runner.submit(outcome, {"i": i})
+                future.wait()
+                _forget(runner, future, future.state.result())
+                if i + 1 in (1100, n):
+                    traced.append(tracemalloc.get_traced_memory()[0])
+        return traced
+
+    with temporary_settings({PREFECT_API_URL: prefect_server}):
+        tracemalloc.start()
+        try:
+            at_1100, at_2100 = many(2100)
+        finally:
+            tracemalloc.stop()
+        APILogWorker.drain_all(timeout=5)
+    per_prompt = (at_2100 - at_1100) / 1000
+    # a kept 2 KB row (or Prefect's ~3 KB of bookkeeping) per prompt would show
+    assert per_prompt < 1500, f"{per_prompt:.0f} bytes per recorded prompt"

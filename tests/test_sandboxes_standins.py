@@ -176,7 +176,9 @@ def _catch(fn, errors: list) -> None:
 
 
 def test_singularity_network_setting_and_missing_binary(apptainer, monkeypatch):
-    with SingularityEnvironment(image="docker://alpine", settings=HermesSettings(docker_network=True)) as env:
+    with SingularityEnvironment(
+        image="docker://alpine", settings=HermesSettings(container_network=True)
+    ) as env:
         assert "--net" not in calls(apptainer)[0] and calls(apptainer)[0][-2] == "docker://alpine"
         assert env.execute("echo ok").output == "ok\n"
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -376,7 +378,7 @@ def test_modal_close_during_create_terminates_the_sandbox(monkeypatch):
 def test_modal_network_setting_and_missing_sdk(monkeypatch):
     record: dict = {}
     monkeypatch.setitem(sys.modules, "modal", make_fake_modal(record))
-    with create_environment("modal", image="alpine", settings=HermesSettings(docker_network=True)):
+    with create_environment("modal", image="alpine", settings=HermesSettings(container_network=True)):
         assert record["create"]["block_network"] is False
     monkeypatch.setitem(sys.modules, "modal", None)  # import modal -> ImportError
     with pytest.raises(ConfigError, match="pip install modal"):

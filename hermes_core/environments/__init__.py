@@ -98,6 +98,11 @@ def container_cwd(cwd: str | None) -> str:
     return posixpath.normpath(posixpath.join(CONTAINER_WORKDIR, cwd)) if cwd else CONTAINER_WORKDIR
 
 
+def container_image(image: str | None, settings: HermesSettings) -> str:
+    """The image of a prompt's container: the record's ``image`` / ``docker_image``, else ``TERMINAL_DOCKER_IMAGE``."""
+    return image or settings.terminal_docker_image
+
+
 class ContainerSandbox(SandboxLifecycle):
     """What the container-like backends (docker, singularity, modal) share: their arguments.
 
@@ -123,7 +128,7 @@ class ContainerSandbox(SandboxLifecycle):
         **_ignored: object,
     ):
         self.settings = settings or HermesSettings()
-        self.image = image or self.settings.terminal_docker_image
+        self.image = container_image(image, self.settings)
         self.cwd = container_cwd(cwd)
         self.run_name = run_name
         self.prompt_id = str(prompt_id)
@@ -171,6 +176,7 @@ __all__ = [
     "ContainerSandbox",
     "SandboxLifecycle",
     "container_cwd",
+    "container_image",
     "create_environment",
     "isolation_warning",
 ]

@@ -27,10 +27,8 @@ Examples:
 
 from __future__ import annotations
 
-import atexit
 import io
 import logging
-import os
 import posixpath
 import secrets
 import select
@@ -42,22 +40,29 @@ from collections.abc import Callable
 
 import docker
 import docker.errors
-import requests
 
 from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
-from hermes_core.environments.local import _BoundedOutput
+from hermes_core.environments.docker_engine import (
+    ENGINE_ERRORS,
+    LABEL_PROMPT,
+    LABEL_RUN,
+    LABEL_RUN_ID,
+    ImageUnavailable,
+    docker_client,
+    ensure_image,
+    own_container,
+    remove_container,
+    start_slots,
+)
+from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import SandboxError
 
 logger = logging.getLogger(__name__)
 
-LABEL_RUN = "hermes-batch.run"
-LABEL_RUN_ID = "hermes-batch.run-id"
-LABEL_PROMPT = "hermes-batch.prompt"
 
 _KEEPER = ["sleep", "2147483647"]
-_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 _QUIET = 0.05
 """After the command exited, stop reading once the stream is silent this long (seconds)."""
 _DRAIN_MAX = 1.0
@@ -82,141 +87,6 @@ _PREPARE_WRITE_SH = (
     'if [ -e "$p" ]; then stat -c "%a %u %g" -- "$p"; else echo "644 $(id -u) $(id -g)"; fi; '
     'echo "$d"; basename -- "$p"'
 )
-
-
-class EngineUnavailable(SandboxError):
-    """The Docker engine cannot be reached (not running, wrong ``DOCKER_HOST``, no permission)."""
-
-
-class ImageUnavailable(SandboxError):
-    """A container image is not present locally and could not be pulled.
-
-    Attributes:
-        image: the image reference as the record (or the default setting) named it.
-    """
-
-    def __init__(self, image: str, reason: str):
-        super().__init__(f"container image {image!r} is not available: {reason}")
-        self.image = image
-
-
-# -- engine ------------------------------------------------------------------------------
-
-_clients: dict[str, docker.DockerClient] = {}
-_clients_lock = threading.Lock()
-
-
-def docker_client() -> docker.DockerClient:
-    """The process's client of the engine named by ``DOCKER_HOST`` (default socket otherwise), shared by threads.
-
-    Raises:
-        EngineUnavailable: the engine does not answer; the message names the address tried.
-    """
-    host = os.environ.get("DOCKER_HOST", "")
-    with _clients_lock:
-        client = _clients.get(host)
-        if client is None:
-            try:
-                client = docker.from_env(max_pool_size=64)
-                client.ping()
-            except _ENGINE_ERRORS as exc:
-                raise EngineUnavailable(
-                    f"Docker engine not reachable at {host or 'the default socket'} (set DOCKER_HOST): {exc}"
-                ) from None
-            _clients[host] = client
-    return client
-
-
-def ping_engine() -> str:
-    """Check that the engine answers now; return its version (e.g. ``"20.10.24+dfsg1"``).
-
-    Raises:
-        EngineUnavailable: no answer.
-    """
-    client = docker_client()
-    try:
-        return str(client.version().get("Version", "unknown"))
-    except _ENGINE_ERRORS as exc:
-        raise EngineUnavailable(f"Docker engine stopped answering: {exc}") from None
-
-
-def reap_run_containers(run_id: str) -> list[str]:
-    """Force-remove every container labelled ``hermes-batch.run-id=<run_id>`` (left by a crashed run).
-
-    Call it before a run starts its prompts: it does not spare containers of a run in progress
-    with the same run folder. Containers of other run folders (even with the same run name)
-    are left alone.
-
-    Args:
-        run_id: the run folder's unique id (stored in its run.json); must not be empty.
-
-    Returns:
-        Short ids of the removed containers.
-
-    Raises:
-        ValueError: ``run_id`` is empty (it would match nothing useful).
-        EngineUnavailable: the engine cannot be reached.
-    """
-    if not run_id:
-        raise ValueError("reap_run_containers needs the run folder's run_id (empty given)")
-    client = docker_client()
-    try:
-        found = client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})
-    except _ENGINE_ERRORS as exc:
-        raise EngineUnavailable(f"cannot list containers: {exc}") from None
-    removed = []
-    for container in found:
-        try:
-            container.remove(force=True)
-            removed.append(container.short_id)
-        except docker.errors.NotFound:
-            pass
-        except _ENGINE_ERRORS as exc:
-            logger.warning("could not remove leftover container %s: %s", container.short_id, exc)
-    return removed
-
-
-_slots: dict[int, threading.BoundedSemaphore] = {}
-_slots_lock = threading.Lock()
-
-
-def _start_slots(n: int) -> threading.BoundedSemaphore:
-    """The process-wide semaphore bounding container creations to ``n`` at once.
-
-    It is held only around create + start, never while a prompt runs, so the prompt pool
-    cannot deadlock on it.
-    """
-    with _slots_lock:
-        return _slots.setdefault(n, threading.BoundedSemaphore(n))
-
-
-_live: dict[str, docker.models.containers.Container] = {}
-_live_lock = threading.Lock()
-
-
-@atexit.register
-def _remove_live_containers() -> None:
-    """At interpreter exit (Ctrl-C included), remove the containers this process still owns."""
-    with _live_lock:
-        containers = list(_live.values())
-        _live.clear()
-    for container in containers:
-        try:
-            container.remove(force=True)
-        except Exception:  # noqa: BLE001 - best effort at exit; the next run reaps what is left
-            pass
-
-
-def _remove(container) -> None:
-    """Force-remove ``container`` and forget it; a container already gone is fine. Never raises."""
-    try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
-    except Exception as exc:  # noqa: BLE001 - teardown never raises; the next run reaps it
-        logger.warning("could not remove container %s: %s", container.short_id, exc)
-    with _live_lock:
-        _live.pop(container.id, None)
 
 
 # -- the environment ---------------------------------------------------------------------
@@ -256,12 +126,10 @@ class DockerEnvironment(ContainerSandbox):
         after (or while) close ran is removed at once and SandboxError is raised.
 
         Raises:
-            ImageUnavailable: the image is absent and cannot be pulled (see :func:`~hermes_core.environments.images.ensure_image`).
+            ImageUnavailable: the image is absent and cannot be pulled (see :func:`~hermes_core.environments.docker_engine.ensure_image`).
             EngineUnavailable: the engine cannot be reached.
             SandboxError: the container could not be created or started, or the environment was closed.
         """
-        from hermes_core.environments.images import ensure_image
-
         if self._closed:
             raise SandboxError("environment already closed")
         if self._container is not None:
@@ -270,7 +138,7 @@ class DockerEnvironment(ContainerSandbox):
         ensure_image(self.image, self.settings)
         s = self.settings
         labels = {LABEL_RUN: self.run_name, LABEL_RUN_ID: self.run_id, LABEL_PROMPT: self.prompt_id}
-        with _start_slots(s.docker_max_concurrent_starts):
+        with start_slots(s.docker_max_concurrent_starts):
             if self._closed:
                 raise SandboxError("environment closed while it started")
             try:
@@ -280,7 +148,7 @@ class DockerEnvironment(ContainerSandbox):
                     command=_KEEPER[1:],
                     working_dir=self.cwd,
                     labels=labels,
-                    network_mode=None if s.docker_network else "none",
+                    network_mode=None if s.container_network else "none",
                     mem_limit=f"{s.container_memory_mb}m",
                     memswap_limit=f"{s.container_memory_mb}m",
                     nano_cpus=int(s.container_cpus * 1e9),
@@ -291,20 +159,19 @@ class DockerEnvironment(ContainerSandbox):
                 )
             except docker.errors.ImageNotFound:
                 raise ImageUnavailable(self.image, "not present in the engine") from None
-            except _ENGINE_ERRORS as exc:
+            except ENGINE_ERRORS as exc:
                 raise SandboxError(f"cannot create a container from {self.image!r}: {exc}") from None
             with self._state_lock:
                 closed = self._closed
                 if not closed:
-                    with _live_lock:
-                        _live[container.id] = container
+                    own_container(container)
                     self._container, self.container_id = container, container.id
             if closed:  # close() ran while the engine created it: it must not outlive us
-                _remove(container)
+                remove_container(container)
                 raise SandboxError("environment closed while it started")
             try:
                 container.start()
-            except _ENGINE_ERRORS as exc:
+            except ENGINE_ERRORS as exc:
                 self.close()
                 raise SandboxError(f"cannot start the container of {self.image!r}: {exc}") from None
         if self._closed:
@@ -322,7 +189,7 @@ class DockerEnvironment(ContainerSandbox):
             self._closed = True
             container, self._container = self._container, None
         if container is not None:
-            _remove(container)
+            remove_container(container)
 
     # -- commands ----------------------------------------------------------------------
 
@@ -346,7 +213,7 @@ class DockerEnvironment(ContainerSandbox):
             SandboxError: not started, closed, or the engine failed.
         """
         workdir = posixpath.join(self.cwd, cwd) if cwd and not cwd.startswith("~") else (cwd or self.cwd)
-        output = _BoundedOutput(self.settings.terminal_output_max_chars)
+        output = BoundedOutput(self.settings.terminal_output_max_chars)
         limit = timeout if timeout is not None else self.settings.terminal_timeout
         code, timed_out = self._exec(
             ["sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command],
@@ -374,7 +241,7 @@ class DockerEnvironment(ContainerSandbox):
         try:
             exec_id = api.exec_create(container.id, argv, workdir="/", environment=environment)["Id"]
             sock = api.exec_start(exec_id, socket=True)
-        except _ENGINE_ERRORS as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(f"docker exec failed: {exc}") from None
         raw = getattr(sock, "_sock", sock)
         timed_out = False
@@ -446,7 +313,7 @@ class DockerEnvironment(ContainerSandbox):
     def _running(self, exec_id: str) -> bool:
         try:
             return bool(self._client.api.exec_inspect(exec_id).get("Running"))
-        except _ENGINE_ERRORS:
+        except ENGINE_ERRORS:
             return True
 
     def _exit_code(self, exec_id: str) -> int:
@@ -455,7 +322,7 @@ class DockerEnvironment(ContainerSandbox):
         while True:
             try:
                 info = self._client.api.exec_inspect(exec_id)
-            except _ENGINE_ERRORS as exc:
+            except ENGINE_ERRORS as exc:
                 raise SandboxError(f"docker exec inspect failed: {exc}") from None
             if not info.get("Running") or time.monotonic() > give_up:
                 code = info.get("ExitCode")
@@ -469,7 +336,7 @@ class DockerEnvironment(ContainerSandbox):
             return  # closed: the container and every process in it are gone
         try:
             container.exec_run(["sh", "-c", _KILL_SH, "hermes-kill", token])
-        except _ENGINE_ERRORS as exc:
+        except ENGINE_ERRORS as exc:
             logger.warning("could not kill a timed-out command: %s", exc)
 
     # -- files -------------------------------------------------------------------------
@@ -526,18 +393,8 @@ class DockerEnvironment(ContainerSandbox):
             container.put_archive(lines[-2], archive.getvalue())
         except docker.errors.APIError as exc:
             raise PermissionError(13, f"cannot write: {exc.explanation or exc}", path) from None
-        except _ENGINE_ERRORS as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(f"docker put_archive failed: {exc}") from None
 
 
-__all__ = [
-    "LABEL_PROMPT",
-    "LABEL_RUN",
-    "LABEL_RUN_ID",
-    "DockerEnvironment",
-    "EngineUnavailable",
-    "ImageUnavailable",
-    "docker_client",
-    "ping_engine",
-    "reap_run_containers",
-]
+__all__ = ["DockerEnvironment"]

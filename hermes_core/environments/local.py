@@ -25,7 +25,6 @@ Examples:
 
 from __future__ import annotations
 
-import codecs
 import os
 import selectors
 import shutil
@@ -38,6 +37,7 @@ import time
 from hermes_core.environments import ExecResult, SandboxLifecycle
 from hermes_core.environments._bwrap import BwrapSandbox
 from hermes_core.environments.isolation import uses_bwrap
+from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import local_environment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -49,42 +49,6 @@ _DRAIN_MAX = 1.0
 """After the shell exits, stop reading after this long even if a leftover child still writes."""
 _KILL_WAIT = 10.0
 """Longest wait for a killed command's exit status, seconds."""
-
-
-class _BoundedOutput:
-    """Decoded output kept as the first 40% and a rolling last 60% of ``max_chars``.
-
-    Memory stays O(max_chars) whatever the command prints.
-    """
-
-    def __init__(self, max_chars: int):
-        self.head_max = int(max_chars * 0.4)
-        self.tail_max = max_chars - self.head_max
-        self.head = ""
-        self.tail = ""
-        self.total = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, data: bytes, final: bool = False) -> None:
-        text = self._decoder.decode(data, final=final)
-        if not text:
-            return
-        self.total += len(text)
-        room = self.head_max - len(self.head)
-        if room > 0:
-            self.head += text[:room]
-            text = text[room:]
-        if text:
-            self.tail = (self.tail + text)[-self.tail_max :]
-
-    def result(self) -> tuple[str, bool]:
-        """(text, truncated); a cut text has the reference's middle marker."""
-        kept = len(self.head) + len(self.tail)
-        if kept >= self.total:
-            return self.head + self.tail, False
-        omitted = self.total - kept
-        marker = f"\n... [OUTPUT TRUNCATED - {omitted} chars omitted out of {self.total} total] ...\n"
-        return self.head + marker + self.tail, True
 
 
 class LocalEnvironment(SandboxLifecycle):
@@ -293,9 +257,9 @@ class LocalEnvironment(SandboxLifecycle):
             raise SandboxError(f"cannot spawn shell: {exc}") from exc
         return _HostProcess(popen, self._groups, self._lock)
 
-    def _collect(self, proc, deadline: float) -> tuple[_BoundedOutput, bool]:
+    def _collect(self, proc, deadline: float) -> tuple[BoundedOutput, bool]:
         """Read the pipe until EOF, or until the shell exited and the pipe went quiet, or the deadline."""
-        output = _BoundedOutput(self.settings.terminal_output_max_chars)
+        output = BoundedOutput(self.settings.terminal_output_max_chars)
         fd = proc.fd
         os.set_blocking(fd, False)
         timed_out = False

@@ -2,7 +2,7 @@
 
 ``start`` looks up (or creates) the app ``settings.modal_app_name``, builds the image with
 ``modal.Image.from_registry(IMAGE)`` and creates ``modal.Sandbox.create("sleep", "infinity", ...)``
-with ``block_network`` (unless ``settings.docker_network``), ``cpu`` and ``memory`` (MiB) from
+with ``block_network`` (unless ``settings.container_network``), ``cpu`` and ``memory`` (MiB) from
 the settings and a lifetime of :data:`SANDBOX_LIFETIME_S`. Commands are
 ``sandbox.exec("sh", "-c", ..., timeout=N)`` with stderr merged into stdout and the output
 bounded like the local backend's; files go through ``exec`` (``cat`` out, ``cat >`` from
@@ -28,7 +28,7 @@ from typing import Any
 
 from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
-from hermes_core.environments.local import _BoundedOutput
+from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import ConfigError, SandboxError
 
@@ -100,7 +100,7 @@ class ModalEnvironment(ContainerSandbox):
                 timeout=SANDBOX_LIFETIME_S,
                 cpu=s.container_cpus,
                 memory=s.container_memory_mb,
-                block_network=not s.docker_network,
+                block_network=not s.container_network,
                 **extra,
             )
         except Exception as exc:  # noqa: BLE001 - any SDK failure means no sandbox
@@ -152,7 +152,7 @@ class ModalEnvironment(ContainerSandbox):
         limit = timeout if timeout is not None else self.settings.terminal_timeout
         started = time.monotonic()
         process = self._exec(["sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command], limit)
-        output = _BoundedOutput(self.settings.terminal_output_max_chars)
+        output = BoundedOutput(self.settings.terminal_output_max_chars)
         try:
             for chunk in process.stdout:
                 output.feed(chunk if isinstance(chunk, bytes) else chunk.encode())

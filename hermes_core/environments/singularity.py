@@ -2,7 +2,7 @@
 
 ``start`` runs ``apptainer instance start`` (or ``singularity``, whichever is on PATH) on
 ``docker://IMAGE`` with ``--containall``, no network (``--net --network none``) unless
-``settings.docker_network``, the container limits of the settings, and a fresh host folder
+``settings.container_network``, the container limits of the settings, and a fresh host folder
 bound at the working directory. Each command is ``apptainer exec instance://NAME sh -c ...``
 run by a host :class:`~hermes_core.environments.local.LocalEnvironment`, so timeouts kill the
 whole process tree and output is bounded exactly as in the local backend. Files go through
@@ -100,7 +100,7 @@ class SingularityEnvironment(ContainerSandbox):
         s = self.settings
         argv = [self._binary, "instance", "start", "--containall", "--writable-tmpfs"]
         argv += ["--bind", f"{self._host.cwd}:{self.cwd}"]
-        if not s.docker_network:
+        if not s.container_network:
             argv += ["--net", "--network", "none"]
         argv += ["--memory", f"{s.container_memory_mb}M", "--cpus", f"{s.container_cpus:g}"]
         argv += ["--pids-limit", str(s.container_pids_limit), self.image, name]

@@ -23,8 +23,23 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Any
+
 from hermes_core.mockllm._options import MockOptions, is_mock_model, parse_model_options
-from hermes_core.mockllm._server import MockServer, create_app, ensure_mock_server
+
+_SERVER_NAMES = ("MockServer", "create_app", "ensure_mock_server")
+
+
+def __getattr__(name: str) -> Any:
+    """The server names, imported on first use: FastAPI and uvicorn load only when a mock server is needed."""
+    if name not in _SERVER_NAMES:
+        raise AttributeError(f"module 'hermes_core.mockllm' has no attribute {name!r}")
+    from hermes_core.mockllm import _server
+
+    value = getattr(_server, name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MockOptions",

@@ -11,6 +11,7 @@ tools (``tool_stats`` keys come from it). Pattern after openai-agents
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -104,12 +105,21 @@ class Tool:
     arguments_model: type[BaseModel]
     check: Availability = always_available
 
-    def schema(self) -> dict[str, Any]:
-        """The OpenAI ``tools`` entry: ``{"type": "function", "function": {name, description, parameters}}``."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+    def schema(self, settings: HermesSettings | None = None) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry: ``{"type": "function", "function": {name, description, parameters}}``.
+
+        ``{setting}`` placeholders in the descriptions (e.g. ``{terminal_timeout}``) are filled from
+        ``settings`` (default: the environment's), so the model is told the limits in force.
+        """
+        function = {"name": self.name, "description": self.description, "parameters": self.parameters}
+        if self._templated:
+            function = _render(function, settings or HermesSettings())
+        return {"type": "function", "function": function}
+
+    @functools.cached_property
+    def _templated(self) -> bool:
+        """True when a description holds ``{setting}`` placeholders (checked once)."""
+        return bool(_PLACEHOLDER.search(json.dumps([self.description, self.parameters])))
 
     def unavailable_reason(self, settings: HermesSettings) -> str | None:
         """None when the tool may be offered under ``settings``, else why not."""
@@ -146,6 +156,19 @@ class Tool:
 
 
 REGISTRY: dict[str, Tool] = {}
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def _render(node: Any, settings: HermesSettings) -> Any:
+    """``node`` with ``{name}`` in its strings replaced by ``settings.name`` (other braces kept)."""
+    if isinstance(node, str):
+        return _PLACEHOLDER.sub(lambda m: str(getattr(settings, m.group(1), m.group(0))), node)
+    if isinstance(node, dict):
+        return {key: _render(value, settings) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_render(value, settings) for value in node]
+    return node
 
 
 _ARGS_RE = re.compile(r"^\s{4}(\w+)\s*(?:\([^)]*\))?:\s*(.*)$")

@@ -85,7 +85,7 @@ def terminal(
         background: start the command as a tracked background process and return at once
             with a session_id for the process tool.
         timeout: seconds to wait for a foreground command (it returns as soon as the command
-            ends); default 180, maximum 600. On timeout the command is killed and the
+            ends); default {terminal_timeout}, maximum {terminal_max_foreground_timeout}. On timeout the command is killed and the
             exit code is 124.
         workdir: directory to run this one command in (default: the task's working directory).
     """
@@ -245,7 +245,7 @@ def process(
         action: the operation: list, poll, log, wait, kill, write, submit or close.
         session_id: the session_id returned by terminal(background=true); required for every action but list.
         data: text for stdin (write sends it raw, submit adds Enter); not supported here.
-        timeout: for wait: maximum seconds to wait (default and maximum 180).
+        timeout: for wait: maximum seconds to wait (default and maximum {terminal_timeout}).
         offset: for log: 0-based line to start from (default: the last `limit` lines).
         limit: for log: maximum number of lines to return.
     """
