@@ -21,8 +21,7 @@ from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
 from hermes_core.redaction import register_secrets_of
 from hermes_core.settings import HermesSettings
-from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ToolContext, offered_tools
-from hermes_core.tools._registry import ModelEndpoint
+from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import to_sharegpt, tool_statistics
 
 

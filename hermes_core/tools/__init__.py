@@ -11,7 +11,7 @@ from __future__ import annotations
 from hermes_core.exceptions import ConfigError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import browser, file, image_gen, moa, terminal, vision, web  # noqa: F401 - registration
-from hermes_core.tools._registry import REGISTRY, Tool, ToolContext, tool
+from hermes_core.tools._registry import REGISTRY, ModelEndpoint, Tool, ToolContext, tool
 
 ALL_POSSIBLE_TOOLS: tuple[str, ...] = tuple(sorted(REGISTRY))
 """Every registered tool name, sorted: the keys of ``tool_stats`` and ``tool_error_counts``."""
@@ -48,4 +48,13 @@ def offered_tools(
     return tools, unavailable
 
 
-__all__ = ["ALL_POSSIBLE_TOOLS", "REGISTRY", "TOOLSETS", "Tool", "ToolContext", "offered_tools", "tool"]
+__all__ = [
+    "ALL_POSSIBLE_TOOLS",
+    "REGISTRY",
+    "TOOLSETS",
+    "ModelEndpoint",
+    "Tool",
+    "ToolContext",
+    "offered_tools",
+    "tool",
+]
