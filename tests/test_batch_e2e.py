@@ -147,7 +147,9 @@ def test_golden_run_every_output_file(cli, mock_server):
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     import datasets
 
-    loaded = datasets.load_dataset("json", data_files=str(run / "trajectories.jsonl"), split="train")
+    loaded = datasets.load_dataset(
+        "json", data_files=str(run / "trajectories.jsonl"), split="train", cache_dir=str(cli.cwd / "hf-cache")
+    )
     assert loaded.num_rows == 5
     assert loaded[0]["tool_stats"]["terminal"] == {"count": 1, "success": 1, "failure": 0}
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -37,16 +38,22 @@ def run_dir(tmp_path_factory) -> Path:
     return build_run(tmp_path_factory.mktemp("export"))
 
 
+def _cache(path: Path) -> str:
+    """A fresh datasets cache beside ``path``: ``datasets`` fixes its default cache folder when it is
+    first imported, and a cached copy of an older file at the same path must never be read back."""
+    return str(path.parent / f".hf-cache-{path.name}-{time.monotonic_ns()}")
+
+
 def load(folder: Path):
     import datasets
 
-    return datasets.load_dataset(str(folder), split="train")
+    return datasets.load_dataset(str(folder), split="train", cache_dir=_cache(folder))
 
 
 def load_json(path: Path):
     import datasets
 
-    return datasets.load_dataset("json", data_files=str(path), split="train")
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=_cache(path))
 
 
 def card_front(folder: Path) -> tuple[dict, str]:
