@@ -195,16 +195,17 @@ def _generate_trajectories(**options: Any) -> State:
         )
         if config.pilot:
             report = pilot_run.report(config, drawn, run_dir, total_prompts=len(jobs), wall_s=duration)
-            write_json_atomic(run_dir / "pilot.json", report)
-            markdown = pilot_run.markdown(report)
-            create_markdown_artifact(markdown=markdown, key=artifact_key(config.run_name, "pilot"))
+            write_json_atomic(run_dir / "pilot.json", {**report, "flow_run_id": str(flow_run.id)})
+            create_markdown_artifact(
+                markdown=pilot_run.markdown(report), key=artifact_key(config.run_name, "pilot")
+            )
             logger.info("%s", pilot_run.summary_line(report))
-            return Completed(message=pilot_run.summary_line(report))
         if budget.reached:
-            finished_now = len(ledger.finished & index_of.keys())
-            message = budget.message(finished_now, len(jobs))
+            message = budget.message(len(ledger.finished & index_of.keys()), len(jobs))
             logger.warning("%s", message)
             return Failed(name="BudgetReached", message=message)
+        if config.pilot:
+            return Completed(message=pilot_run.summary_line(report))
 
     if failed:
         return Failed(

@@ -10,6 +10,9 @@ a later ``--resume`` does not pay for them again) and writes ``pilot.json``::
      "tool_calls_per_prompt": {tool: mean calls}, "projection": {"prompts", "tokens",
      "cost_usd", "wall_time_s"}, "wall_time_s", "flow_run_id"}
 
+It exits 0 (even when some drawn prompts failed: the failure rate is part of the report),
+unless the spend cap was reached first (exit 3, ``pilot.json`` still written).
+
 The projection multiplies the per-prompt means by the dataset's size; the wall time is
 ``mean prompt duration x total prompts / num_workers`` (prompts in flight at once), which
 assumes the pilot's latencies and no rate limit below ``num_workers``.

@@ -13,9 +13,9 @@ The policy is AIMD (additive increase, multiplicative decrease), as TCP congesti
   event), and every new request is held until the answer's ``Retry-After`` has passed
   (:data:`DEFAULT_HOLD_SECONDS` without one);
 * after a quiet stretch with successes and no rate-limit answer, it grows by one step, back to
-  ``max_limit``. Up to the limit just below the last one that was refused, a stretch is
-  :data:`RECOVER_SECONDS` (the limit there was known to be fine); beyond it, a probe, a stretch is
-  :data:`QUIET_SECONDS`;
+  ``max_limit``. A stretch is :data:`QUIET_SECONDS` (a probe), except below the highest limit
+  known to be fine (one that went a whole stretch without a refusal and is below every limit
+  refused since): there regrowth takes :data:`RECOVER_SECONDS` a step;
 * ``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests`` holds new requests
   until the reset (the limit itself is not cut: the provider said so before refusing).
 
@@ -70,7 +70,7 @@ class ConcurrencyLimiter:
         self._cond = threading.Condition(threading.Lock())
         self._limit = max_limit
         self._lowest = max_limit
-        self._ceiling = max_limit  # below this, regrowth is fast (the last refused limit - 1)
+        self._good = 0  # highest limit known to be fine; below it, regrowth is fast
         self._in_flight = 0
         self._hold_until = 0.0
         self._generation = 0  # +1 at each cut; a slot remembers the generation it started in
@@ -166,7 +166,7 @@ class ConcurrencyLimiter:
         self._hold_until = max(self._hold_until, now + min(hold, MAX_HOLD_SECONDS))
         if ticket != self._generation:
             return  # started before the last cut: the same congestion event
-        self._ceiling = max(1, self._limit - 1)
+        self._good = min(self._good, self._limit - 1)
         self._limit = max(1, self._limit // 2)
         self._lowest = min(self._lowest, self._limit)
         self._generation += 1
@@ -177,8 +177,9 @@ class ConcurrencyLimiter:
         self._successes_since_change += 1
         if self._limit >= self.max_limit:
             return
-        stretch = RECOVER_SECONDS if self._limit < self._ceiling else QUIET_SECONDS
+        stretch = RECOVER_SECONDS if self._limit < self._good else QUIET_SECONDS
         if now - max(self._last_change, self._hold_until) >= stretch:
+            self._good = max(self._good, self._limit)  # a whole stretch at this limit without a refusal
             self._limit += 1
             self._last_change = now
             self._successes_since_change = 0

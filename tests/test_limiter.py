@@ -41,25 +41,30 @@ def test_a_burst_of_refusals_halves_once_and_holds_for_retry_after():
     assert lim.limit == 4 and lim.snapshot()["lowest_limit"] == 4
 
 
+def _tick(lim: ConcurrencyLimiter, clock: Clock, seconds: float) -> int:
+    clock.now += seconds
+    lim.release(lim.acquire(), status=200)
+    return lim.limit
+
+
 def test_it_grows_one_step_per_quiet_stretch_back_to_max():
     clock = Clock()
     lim = ConcurrencyLimiter(8, clock=clock)
     lim.release(lim.acquire(), status=429, retry_after=1.0)
     assert lim.limit == 4
+    clock.now += 1.0  # the hold
+    assert _tick(lim, clock, limiter_module.RECOVER_SECONDS) == 4  # nothing known fine yet: no fast step
+    assert _tick(lim, clock, limiter_module.QUIET_SECONDS) == 5  # a probe after a quiet stretch: 4 was fine
+    lim.release(lim.acquire(), status=429, retry_after=1.0)  # 5 is refused: 5 // 2
+    assert lim.limit == 2
     clock.now += 1.0
-    steps = []
-    for _ in range(15):  # 7.5 s in all: less than QUIET_SECONDS after the last step
-        clock.now += limiter_module.RECOVER_SECONDS
-        lim.release(lim.acquire(), status=200)
-        steps.append(lim.limit)
-    assert steps[:3] == [5, 6, 7]  # fast back to just below the refused limit, one step at a time
-    assert set(steps[3:]) == {7}  # then a probe only after a long quiet stretch
-    clock.now += limiter_module.QUIET_SECONDS
-    lim.release(lim.acquire(), status=200)
-    assert lim.limit == 8
-    clock.now += limiter_module.QUIET_SECONDS
-    lim.release(lim.acquire(), status=200)
-    assert lim.limit == 8  # never above max
+    steps = [_tick(lim, clock, limiter_module.RECOVER_SECONDS) for _ in range(10)]  # 5 s in all
+    assert steps[:2] == [3, 4] and set(steps[2:]) == {4}  # fast back to the known-fine 4, then no probe yet
+    assert _tick(lim, clock, limiter_module.QUIET_SECONDS) == 5
+    for _ in range(5):
+        _tick(lim, clock, limiter_module.QUIET_SECONDS)
+    assert lim.limit == 8  # back to max one step per stretch, never above
+    assert _tick(lim, clock, limiter_module.QUIET_SECONDS) == 8
 
 
 def test_never_more_in_flight_than_the_limit_and_never_below_one():

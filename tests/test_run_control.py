@@ -161,3 +161,23 @@ def test_pilot_projects_the_run_and_resume_does_not_pay_for_it_again(cli, server
     by_conversation = server.stats()["by_conversation"]
     assert [by_conversation[conversation_key(p)] for p in prompts] == [3] * 10  # pilot prompts not re-sent
     assert len(_jsonl(run / "trajectories.jsonl")) == 10
+
+
+def test_a_failed_prompt_records_what_it_spent_and_the_cap_counts_it(cli, server):
+    dataset = _write(cli.cwd / "spentfail.jsonl", ["spent then failed: list files"])
+    model = "mock/scripted?cost=0.001&latency_ms=800&turns=5"  # two calls answered, then the deadline
+    args = run_args(dataset, "spentfail", server, "--retries=0", "--prompt_timeout=2", model=model)
+    proc = cli(*args, "--max_total_tokens=1000000", env={"HERMES_MAX_RETRIES": "0"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    run = cli.cwd / "data" / "spentfail"
+    [failure] = _jsonl(run / "failures.jsonl")
+    answered = sum(1 for line in _jsonl(server.log) if line["status"] == 200)
+    assert failure["error_type"] == "PromptTimeout" and answered >= 1
+    assert (
+        failure["usage"]["cost"] == pytest.approx(0.001 * answered) and failure["usage"]["prompt_tokens"] > 0
+    )
+    stats = json.loads((run / "statistics.json").read_text())
+    tokens = failure["usage"]["prompt_tokens"] + failure["usage"]["completion_tokens"]
+    assert stats["budget"]["tokens"] == tokens and stats["budget"]["cost_usd"] == pytest.approx(
+        0.001 * answered
+    )
