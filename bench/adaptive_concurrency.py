@@ -34,7 +34,10 @@ def run(mode: bool, args: argparse.Namespace, work: Path) -> dict:
     log = work / f"requests-{mode}.jsonl"
     dataset = work / "dataset.jsonl"
     dataset.write_text(
-        "".join(json.dumps({"prompt": f"bench limited prompt {i}: list files"}) + "\n" for i in range(args.prompts))
+        "".join(
+            json.dumps({"prompt": f"bench limited prompt {i}: list files"}) + "\n"
+            for i in range(args.prompts)
+        )
     )
     model = f"mock/scripted?max_in_flight={args.limit}&latency_ms={args.latency_ms}&retry_after=1"
     with MockServer(request_log=str(log)) as server:
