@@ -424,3 +424,25 @@ def test_toolset_draw_is_paired_across_models_and_turn_limits(mock_server, tmp_p
     assert len({tuple(ts) for ts in first}) > 1  # the draw does vary from prompt to prompt
     ids = {job.prompt_id for job in jobs_of(records, "a")} & {job.prompt_id for job in jobs_of(records, "b")}
     assert not ids  # while the prompts' identities (cache, ledger) do differ between the runs
+
+
+def test_openrouter_requests_ask_for_the_cost_others_do_not(tmp_path):
+    import openai
+    from pydantic import SecretStr
+
+    from hermes_core.mockllm import MockServer
+
+    log = tmp_path / "bodies.jsonl"
+    with MockServer(request_log=str(log), log_bodies=True) as server:
+        sent = []
+        for base in ("https://openrouter.ai/api/v1", server.base_url):
+            client = ModelClient(
+                ModelOptions(model="mock/scripted?cost=0.002"), base_url=base, api_key=SecretStr("k")
+            )
+            client._client = openai.OpenAI(
+                base_url=server.base_url, api_key="k", max_retries=0
+            )  # the mock answers
+            sent.append(client.complete([{"role": "user", "content": f"cost asked? {base}"}], []))
+    bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
+    assert bodies[0]["usage"] == {"include": True} and "usage" not in bodies[1]
+    assert sent[0].usage.cost == pytest.approx(0.002)

@@ -173,11 +173,10 @@ def test_a_failed_prompt_records_what_it_spent_and_the_cap_counts_it(cli, server
     [failure] = _jsonl(run / "failures.jsonl")
     answered = sum(1 for line in _jsonl(server.log) if line["status"] == 200)
     assert failure["error_type"] == "PromptTimeout" and answered >= 1
-    assert (
-        failure["usage"]["cost"] == pytest.approx(0.001 * answered) and failure["usage"]["prompt_tokens"] > 0
-    )
+    # what the client received: an answer that came after the deadline abandoned it is unseen
+    received = round(failure["usage"]["cost"] / 0.001)
+    assert answered - 1 <= received <= answered and received >= 1 and failure["usage"]["prompt_tokens"] > 0
     stats = json.loads((run / "statistics.json").read_text())
     tokens = failure["usage"]["prompt_tokens"] + failure["usage"]["completion_tokens"]
-    assert stats["budget"]["tokens"] == tokens and stats["budget"]["cost_usd"] == pytest.approx(
-        0.001 * answered
-    )
+    assert stats["budget"]["tokens"] == tokens
+    assert stats["budget"]["cost_usd"] == pytest.approx(0.001 * received)
