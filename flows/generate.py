@@ -31,7 +31,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows import pilot as pilot_run
 from flows.budget import Budget
 from flows.config import BatchConfig, options_docstring, options_signature
-from flows.progress import RunProgress, artifact_key
+from flows.progress import RunProgress, artifact_key, meter_text
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
 from hermes_core import cancel
@@ -191,7 +191,7 @@ def _generate_trajectories(**options: Any) -> State:
         _publish(config, stats, failed, warnings=[isolation] if isolation else [])
         progress.announce(
             f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
-            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed"
+            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed · {meter_text(progress.figures())}"
         )
         if config.pilot:
             report = pilot_run.report(config, drawn, run_dir, total_prompts=len(jobs), wall_s=duration)

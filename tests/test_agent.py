@@ -446,3 +446,43 @@ def test_openrouter_requests_ask_for_the_cost_others_do_not(tmp_path):
     bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
     assert bodies[0]["usage"] == {"include": True} and "usage" not in bodies[1]
     assert sent[0].usage.cost == pytest.approx(0.002)
+
+
+class _WindowSpent(_Recorder):
+    """Answers like a provider whose request window is used up: remaining 0, reset in 1 s."""
+
+    arrivals: list[float] = []
+
+    def send_header(self, keyword, value):
+        super().send_header(keyword, value)
+        if keyword == "Content-Type":
+            super().send_header("x-ratelimit-remaining-requests", "0")
+            super().send_header("x-ratelimit-reset-requests", "1s")
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        _WindowSpent.arrivals.append(time.monotonic())
+        super().do_POST()
+
+
+def test_ratelimit_headers_hold_the_next_request_until_the_reset():
+    from pydantic import SecretStr
+
+    from hermes_core.limiter import ConcurrencyLimiter
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _WindowSpent)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        limiter = ConcurrencyLimiter(4)
+        client = ModelClient(
+            ModelOptions(model="any"),
+            base_url=f"http://127.0.0.1:{httpd.server_port}/v1",
+            api_key=SecretStr("k"),
+            limiter=limiter,
+        )
+        for i in range(2):
+            client.complete([{"role": "user", "content": f"window {i}"}], [])
+    finally:
+        httpd.shutdown()
+    first, second = _WindowSpent.arrivals[-2:]
+    assert second - first >= 0.95  # held until x-ratelimit-reset-requests passed
+    assert limiter.limit == 4 and limiter.rate_limited == 0  # a hold, not a cut

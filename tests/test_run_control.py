@@ -76,6 +76,7 @@ def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli
     assert spent == pytest.approx(0.003 * done)
     assert spent <= 0.01 + 2 * 0.003 + 1e-9  # within the cap plus what the 2 prompts in flight spent
     assert "raise the cap and resume" in proc.stdout + proc.stderr
+    assert "of cap $0.01 (projected " in proc.stderr  # the live line: spend, cap, projection for the dataset
 
     resumed = cli(*args, "--max_cost_usd=1", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -133,6 +134,11 @@ def test_adaptive_concurrency_keeps_under_a_providers_limit(cli, server):
     stats = json.loads((run / "statistics.json").read_text())
     assert stats["concurrency"]["rate_limited"] == len(refused)
     assert 1 <= stats["concurrency"]["lowest_limit"] <= 8 and stats["concurrency"]["max_limit"] == 16
+    assert f"limit {stats['concurrency']['limit']} · 429s {len(refused)}" in proc.stderr  # the console's line
+    artifacts = httpx.post(
+        f"{cli.api_url}/artifacts/filter", json={"artifacts": {"key": {"any_": ["limited-progress"]}}}
+    ).json()
+    assert artifacts and "limit " in artifacts[0]["description"] and "429s" in artifacts[0]["description"]
     print(f"\nadaptive: {len(refused)} x 429 for {len(served)} served, {throughput:.2f} requests/s")
 
 
@@ -180,3 +186,16 @@ def test_a_failed_prompt_records_what_it_spent_and_the_cap_counts_it(cli, server
     tokens = failure["usage"]["prompt_tokens"] + failure["usage"]["completion_tokens"]
     assert stats["budget"]["tokens"] == tokens
     assert stats["budget"]["cost_usd"] == pytest.approx(0.001 * received)
+
+
+def test_run_control_options_are_flow_parameters():
+    from flows.generate import generate_trajectories
+
+    properties = generate_trajectories.parameters.properties
+    for name in ("max_cost_usd", "max_total_tokens", "price_per_mtok_in", "price_per_mtok_out", "on_budget",
+                 "adaptive_concurrency", "pilot"):  # fmt: skip
+        assert name in properties and properties[name].get("description"), name
+    assert (
+        properties["on_budget"]["default"] == "drain"
+        and properties["adaptive_concurrency"]["default"] is True
+    )
