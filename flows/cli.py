@@ -9,9 +9,13 @@ Prefect is imported only after the environment is prepared: with no
 ``PREFECT_API_URL`` the flow runs on Prefect's local (ephemeral) API, and this
 module sets safe defaults for it unless the user set them.
 
-Exit codes: 0 every prompt finished; 1 some prompts failed (outputs written);
-2 invalid input (nothing was sent to a model); 130 the run was stopped (Ctrl-C,
-SIGTERM or Cancel in Prefect: finished prompts are saved, ``--resume`` continues).
+Exit codes: 0 every prompt finished (or a ``--pilot`` ran); 1 some prompts failed
+(outputs written); 2 invalid input (nothing was sent to a model; e.g. a
+``--max_cost_usd`` without any cost source); 3 the spend cap was reached
+(``--max_cost_usd`` / ``--max_total_tokens``: no new prompt started, every output is
+written, the flow run is Failed named ``BudgetReached``; raise the cap and ``--resume``);
+130 the run was stopped (Ctrl-C, SIGTERM or Cancel in Prefect: finished prompts are
+saved, ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -281,9 +285,17 @@ def _run_flow(config: Any) -> int:
     with LiveProgress(verbose=config.verbose):
         state = generate_trajectories(**config.options(), return_state=True)
     print_summary(config, state)
+    if state.name == BUDGET_REACHED:
+        return EXIT_BUDGET
     if state.is_completed():
         return 0
     return 130 if state.is_cancelled() else 1
+
+
+BUDGET_REACHED = "BudgetReached"
+"""Name of the Failed state of a run that reached its spend cap."""
+EXIT_BUDGET = 3
+"""Exit code of a run that reached its spend cap."""
 
 
 def run_agent(argv: list[str]) -> int:

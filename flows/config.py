@@ -108,14 +108,46 @@ class BatchConfig(BaseModel):
         default=None,
         description="Task result cache: a folder (default <run folder>/.prefect-results) or block:<storage block slug>.",
     )
+    # run control (SPEC sections 13-14; flows.budget, flows.pilot, hermes_core.limiter)
+    max_cost_usd: float | None = Field(
+        default=None,
+        gt=0,
+        description="Spend cap of the whole run in USD (every invocation); needs a cost source: the "
+        "provider's usage.cost (OpenRouter) or --price_per_mtok_in/--price_per_mtok_out.",
+    )
+    max_total_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Cap of the whole run's prompt + completion tokens (every invocation).",
+    )
+    price_per_mtok_in: float | None = Field(
+        default=None, ge=0, description="USD per million prompt tokens, for requests that report no cost."
+    )
+    price_per_mtok_out: float | None = Field(
+        default=None, ge=0, description="USD per million completion tokens, for requests that report no cost."
+    )
+    on_budget: Literal["drain", "cancel"] = Field(
+        default="drain",
+        description="When the cap is reached: drain (running prompts finish) or cancel them; no new prompt starts.",
+    )
+    adaptive_concurrency: bool = Field(
+        default=True,
+        description="One run-wide limit on model requests in flight, halved on 429/503 and grown back to num_workers.",
+    )
+    pilot: int | None = Field(
+        default=None,
+        ge=1,
+        description="Run only N prompts drawn (seeded) across the dataset and write pilot.json with the "
+        "projected tokens, cost and time of the whole dataset.",
+    )
 
     @classmethod
     def from_options(cls, **options: Any) -> BatchConfig:
         """Build from flat options (the flags / flow parameters: ``model=...``, ``max_turns=...``).
 
         Raises:
-            OptionError: an unknown option, a missing required one or an invalid value; the message
-                names the option.
+            OptionError: an unknown option, a missing required one, an invalid value, or a cost cap
+                with no cost source (:func:`flows.budget.cost_source`); the message names the option.
         """
         unknown = sorted(set(options) - set(run_options()))
         if unknown:
@@ -136,6 +168,14 @@ class BatchConfig(BaseModel):
             if isinstance(first.get("input"), str | int | float) and first["type"] != "value_error":
                 reason += f" (got {first['input']!r})"
             raise OptionError(name, reason) from None
+        from flows.budget import cost_source
+
+        if config.max_cost_usd is not None and cost_source(config) is None:
+            raise OptionError(
+                "max_cost_usd",
+                "needs a cost source: this endpoint does not report cost (OpenRouter does, and a mock "
+                "model id with cost=...); pass --price_per_mtok_in and --price_per_mtok_out (USD per million tokens)",
+            )
         return config
 
     def options(self) -> dict[str, Any]:
@@ -206,6 +246,8 @@ class BatchConfig(BaseModel):
             base_url=self.base_url,
             prompt_timeout=self.prompt_timeout,
             terminal_env=self.terminal_env,
+            max_requests_in_flight=self.num_workers,
+            adaptive_concurrency=self.adaptive_concurrency,
         )
 
     def defining_settings(self) -> dict[str, Any]:

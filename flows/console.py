@@ -27,7 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from flows.progress import LISTENERS, RunProgress
+from flows.progress import LISTENERS, RunProgress, meter_text
 
 _console = Console(stderr=True)
 
@@ -36,14 +36,15 @@ SUMMARY_SECONDS = 10.0
 
 
 def progress_line(progress: RunProgress) -> str:
-    """``prompts 40/100 · failed 1 · discarded 0 · 3.20/s · ETA 19 s · tokens 12345 · cost $0.0123``."""
+    """``prompts 40/100 · failed 1 · discarded 0 · 3.20/s · ETA 19 s · tokens 12345 · cost $0.0123``,
+    then the run-wide figures (:func:`flows.progress.meter_text`: spend, projection, request limit, 429s)."""
     left = progress.total - progress.done
     eta = f"{left / progress.rate:.0f} s" if progress.rate > 0 and left else "-"
     cost = "n/a" if progress.cost is None else f"${progress.cost:.4f}"
     return (
         f"prompts {progress.done}/{progress.total} · failed {progress.failed} · discarded {progress.discarded}"
         f" · {progress.rate:.2f}/s · ETA {eta} · tokens {progress.tokens} · cost {cost}"
-    )
+    ) + (f" · {meter_text(figures)}" if (figures := progress.figures()) else "")
 
 
 class _ConsoleLogHandler(logging.Handler):
@@ -118,11 +119,12 @@ class LiveProgress:
                 self._last_line = now
                 self.print(progress_line(progress))
             return
+        figures = progress.figures()
         cost = "" if progress.cost is None else f" · ${progress.cost:.4f}"
         detail = (
             f"failed {progress.failed} · discarded {progress.discarded} · {progress.rate:.2f}/s"
             f" · {progress.tokens} tokens{cost}"
-        )
+        ) + (f" · {meter_text(figures)}" if figures else "")
         if self._task is None:
             self._task = self._progress.add_task("run", total=progress.total, detail=detail)
         self._progress.update(self._task, completed=progress.done, total=progress.total, detail=detail)
@@ -196,3 +198,11 @@ def print_summary(config: Any, state: Any) -> None:
             f"[yellow]{stats['failed']} prompts failed[/yellow]: see {config.run_dir / 'failures.jsonl'}; "
             "run again with --resume to retry only them."
         )
+    if state.name == "BudgetReached":
+        out.print(f"[yellow]{escape(state.message or '')}[/yellow]", soft_wrap=True)
+    pilot_path = config.run_dir / "pilot.json"
+    if getattr(config, "pilot", None) and pilot_path.exists():
+        from flows.pilot import summary_line
+
+        out.print(summary_line(json.loads(pilot_path.read_text(encoding="utf-8"))), soft_wrap=True)
+        out.print(f"Pilot report: {pilot_path}")

@@ -7,6 +7,10 @@ the ledger's only writer. A retried flow run (the Prefect UI's Retry) continues
 the same run: finished prompts are skipped by the ledger or come from the task
 cache, failed ones run again. Ctrl-C, SIGTERM and a Cancel in Prefect stop it the
 same way (:mod:`flows.stopping`): it records what finished and ends Cancelled.
+A spend cap (:mod:`flows.budget`) that would be crossed starts no new prompt; the run
+drains (or cancels) what runs, writes every output and ends Failed named
+``BudgetReached``. ``--pilot N`` runs N drawn prompts and writes ``pilot.json``
+(:mod:`flows.pilot`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,17 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import pilot as pilot_run
+from flows.budget import Budget
 from flows.config import BatchConfig, options_docstring, options_signature
-from flows.progress import RunProgress, artifact_key
+from flows.progress import RunProgress, artifact_key, meter_text
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas
+from hermes_core import cancel
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning
 from hermes_core.exceptions import PromptCancelled
+from hermes_core.limiter import run_limiter
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
@@ -38,7 +46,7 @@ from tasks.dataset import Dataset, read_dataset
 from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
-from tasks.prompt import retry_condition, run_prompt_task
+from tasks.prompt import retry_condition, run_prompt_task, settle_failed_usage
 from tasks.run_setup import check_run_dir, finish_invocation, jobs_of, start_invocation
 
 
@@ -61,9 +69,14 @@ def merge_task(run_dir: Path, index_of: dict[str, int]):
 
 @task(name="compute-statistics", persist_result=False)
 def statistics_task(
-    config: BatchConfig, merge, index_of: dict[str, int], duration: float, failed: list[str]
+    config: BatchConfig,
+    merge,
+    index_of: dict[str, int],
+    duration: float,
+    failed: list[str],
+    run_control: dict | None = None,
 ) -> dict:
-    """Statistics of the whole run, written to statistics.json."""
+    """Statistics of the whole run, written to statistics.json (with ``run_control``'s keys: budget, concurrency)."""
     stats = compute_statistics(
         config.run_dir,
         merge=merge,
@@ -77,6 +90,7 @@ def statistics_task(
         valid_tools=ALL_POSSIBLE_TOOLS,
         flow_run_id=str(flow_run.id) if flow_run.id else None,
     )
+    stats.update(run_control or {})
     write_json_atomic(config.run_dir / "statistics.json", stats)
     return stats
 
@@ -99,6 +113,7 @@ def _generate_trajectories(**options: Any) -> State:
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
     resume = config.resume or retried
     run_dir = config.run_dir
+    cancel.hold_new_prompts(False)  # a budget stop of an earlier flow run in this process is over
     with RunStop(flow_run.id) as stop, RunLock(run_dir):
         check_run_dir(
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
@@ -112,13 +127,13 @@ def _generate_trajectories(**options: Any) -> State:
         if ledger.torn_bytes:
             logger.warning("repaired a torn last line (%d bytes) left by a killed run", ledger.torn_bytes)
         finished = ledger.finished
-        pending = [job for job in jobs if job.prompt_id not in finished]
+        drawn = pilot_run.draw(jobs, config.pilot, config.seed) if config.pilot else jobs
+        pending = [job for job in drawn if job.prompt_id not in finished]
         index_of = {job.prompt_id: job.prompt_index for job in jobs}
         done_before = len(jobs) - len(pending)
         ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
-        backend = resolve_backend(
-            config.terminal_env, HermesSettings()
-        )  # docker: reap leftovers, check images
+        # docker: reap leftovers, check images
+        backend = resolve_backend(config.terminal_env, HermesSettings())
         pending, image_failed = prepare_sandboxes(info.run_id, pending, backend, ledger)
         isolation = isolation_warning(backend, HermesSettings())
         if isolation:
@@ -130,9 +145,16 @@ def _generate_trajectories(**options: Any) -> State:
             f"{len(pending)} to run with {config.num_workers} workers"
         )
         logger.info("%s", start_line)
+        budget = Budget.of(config, ledger.spend)
+        limiter = (
+            run_limiter(info.run_id, config.num_workers, adaptive=config.adaptive_concurrency)
+            if config.task_runner == "threads"
+            else None  # each Dask worker process has its own
+        )
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
+        progress.meter = _meter(config, budget, limiter, total=len(jobs))
         progress.open(line=start_line)
-        failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id)
+        failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id, budget)
         ledger.write_checkpoint()
         ledger.close()
         if stop.requested:
@@ -154,15 +176,38 @@ def _generate_trajectories(**options: Any) -> State:
 
         merge = merge_task(run_dir, index_of)
         duration = time.monotonic() - started
-        finish_invocation(info, duration_s=round(duration, 3), ran=len(pending), failed=len(failed))
+        finish_invocation(
+            info,
+            duration_s=round(duration, 3),
+            ran=progress.done,
+            failed=len(failed),
+            budget_reached=budget.reached,
+        )
+        run_control = {
+            "budget": budget.figures(),
+            "concurrency": {**limiter.snapshot(), "scope": "flow process"} if limiter else None,
+        }
         stats = statistics_task(
-            config, merge, index_of, info.total_duration, [f["prompt_id"] for f in failed]
+            config, merge, index_of, info.total_duration, [f["prompt_id"] for f in failed], run_control
         )
         _publish(config, stats, failed, warnings=[isolation] if isolation else [])
         progress.announce(
             f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
-            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed"
+            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed · {meter_text(progress.figures())}"
         )
+        if config.pilot:
+            report = pilot_run.report(config, drawn, run_dir, total_prompts=len(jobs), wall_s=duration)
+            write_json_atomic(run_dir / "pilot.json", {**report, "flow_run_id": str(flow_run.id)})
+            create_markdown_artifact(
+                markdown=pilot_run.markdown(report), key=artifact_key(config.run_name, "pilot")
+            )
+            logger.info("%s", pilot_run.summary_line(report))
+        if budget.reached:
+            message = budget.message(len(ledger.finished & index_of.keys()), len(jobs))
+            logger.warning("%s", message)
+            return Failed(name="BudgetReached", message=message)
+        if config.pilot:
+            return Completed(message=pilot_run.summary_line(report))
 
     if failed:
         return Failed(
@@ -225,8 +270,11 @@ def _run_prompts(
     progress: RunProgress,
     stop: RunStop,
     run_id: str,
+    budget: Budget,
 ) -> list[dict[str, Any]]:
     """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives.
+
+    No prompt starts once ``budget`` refuses (:meth:`~flows.budget.Budget.allows`).
 
     Returns:
         The failures of this invocation: ``{prompt_id, prompt_index, error_type, message, attempts}``.
@@ -242,7 +290,7 @@ def _run_prompts(
     queued = 0 if config.task_runner == "dask" else config.num_workers
     with runner:
         window = config.num_workers + queued
-        return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id)
+        return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id, budget)
 
 
 STOP_DRAIN_SECONDS = 10.0
@@ -250,7 +298,7 @@ STOP_DRAIN_SECONDS = 10.0
 
 
 def _sliding_window(
-    config, pending, ledger, progress, stop, runner, window: int, run_id: str
+    config, pending, ledger, progress, stop, runner, window: int, run_id: str, budget: Budget
 ) -> list[dict[str, Any]]:
     task = run_prompt_task.with_options(
         retries=config.retries,
@@ -265,7 +313,7 @@ def _sliding_window(
     give_up_at: float | None = None
 
     def submit_next() -> bool:
-        job = None if stop.requested else next(queued, None)
+        job = None if stop.requested or not budget.allows(in_flight) else next(queued, None)
         if job is None:
             return False
         parameters = {"job": job, "spec": spec, "api_key_secret": config.api_key_secret}
@@ -317,13 +365,18 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
         return outcome
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, PromptCancelled) or state.is_cancelled():
+        ledger.record_cancelled(job.prompt_id, job.prompt_index, getattr(exc, "usage", None))
         return None
     error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
     message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
     attempts = getattr(exc, "attempts", None) or 1
+    usage = getattr(exc, "usage", None)
     failed.append(
-        ledger.record_failure(job.prompt_id, job.prompt_index, error_type, message, attempts=attempts)
+        ledger.record_failure(
+            job.prompt_id, job.prompt_index, error_type, message, attempts=attempts, usage=usage
+        )
     )
+    settle_failed_usage(job.prompt_id)
     get_run_logger().warning(
         "prompt %d failed after %d attempt(s): %s: %s",
         job.prompt_index,
@@ -331,8 +384,31 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
         error_type,
         _short(message),
     )
-    progress.record("failed")
+    progress.record("failed", usage)
     return None
+
+
+def _meter(config: BatchConfig, budget: Budget, limiter, total: int):
+    """The run-wide figures of the live progress: spend so far, projection, cap, request limit (O(1))."""
+    from flows.budget import projection
+
+    def figures() -> dict[str, Any]:
+        spent = budget.spent
+        projected = projection(
+            spent, spent.records, total, config.price_per_mtok_in, config.price_per_mtok_out
+        )
+        return {
+            "run_tokens": spent.total_tokens,
+            "run_cost": budget.cost,
+            "projected_tokens": projected["tokens"],
+            "projected_cost": projected["cost_usd"],
+            "max_cost_usd": config.max_cost_usd,
+            "max_total_tokens": config.max_total_tokens,
+            "limit": limiter.limit if limiter else None,
+            "rate_limited": limiter.rate_limited if limiter else None,
+        }
+
+    return figures
 
 
 def _short(message: str, limit: int = 160) -> str:

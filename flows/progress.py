@@ -27,6 +27,10 @@ class RunProgress:
     Attributes:
         tokens: prompt + completion tokens of the prompts finished in this invocation.
         cost: their provider-reported cost in USD (None until one reports a cost).
+        meter: returns the run-wide figures (every invocation), or None: ``{"run_tokens",
+            "run_cost", "projected_tokens", "projected_cost"`` (whole dataset, at the mean per
+            prompt so far), ``"max_cost_usd", "max_total_tokens", "limit"`` (model requests in
+            flight now), ``"rate_limited"`` (rate-limit answers so far)``}``.
     """
 
     run_name: str
@@ -38,6 +42,7 @@ class RunProgress:
     tokens: int = 0
     cost: float | None = None
     started: float = field(default_factory=time.monotonic)
+    meter: Callable[[], dict[str, Any]] | None = None
     _artifact_id: object = None
     _last_push: float = 0.0
 
@@ -53,6 +58,10 @@ class RunProgress:
     def rate(self) -> float:
         """Prompts finished per second in this invocation."""
         return self.done / max(1e-6, time.monotonic() - self.started)
+
+    def figures(self) -> dict[str, Any]:
+        """The :attr:`meter`'s figures now (empty without a meter)."""
+        return self.meter() if self.meter else {}
 
     def open(self, line: str | None = None) -> RunProgress:
         """Create the progress artifact and notify listeners (``line``: the run's start line)."""
@@ -84,4 +93,33 @@ class RunProgress:
         now = time.monotonic()
         if self._artifact_id and (force or now - self._last_push >= 2.0):
             self._last_push = now
-            update_progress_artifact(self._artifact_id, progress=self.percent)
+            update_progress_artifact(self._artifact_id, progress=self.percent, description=self.describe())
+
+    def describe(self) -> str:
+        """The artifact's description: counts, and the run's spend, projection and request limit."""
+        text = f"{self.done}/{self.total} prompts of {self.run_name} in this flow run ({self.failed} failed)"
+        figures = self.figures()
+        if figures:
+            text += " · " + meter_text(figures)
+        return text
+
+
+def meter_text(figures: dict[str, Any]) -> str:
+    """``run: 12345 tokens, $0.0123 (projected 50000 tokens, $0.05) · limit 4 · 429s 3`` from meter figures."""
+    cost = figures.get("run_cost")
+    spent = f"{figures.get('run_tokens', 0)} tokens" + ("" if cost is None else f", ${cost:.4f}")
+    cap = [
+        f"${figures['max_cost_usd']:g}" if figures.get("max_cost_usd") is not None else "",
+        f"{figures['max_total_tokens']} tokens" if figures.get("max_total_tokens") is not None else "",
+    ]
+    cap_text = f" of cap {' / '.join(c for c in cap if c)}" if any(cap) else ""
+    projected = ""
+    if figures.get("projected_tokens") is not None:
+        p_cost = figures.get("projected_cost")
+        projected = f" (projected {figures['projected_tokens']} tokens" + (
+            ")" if p_cost is None else f", ${p_cost:.4f})"
+        )
+    text = f"run {spent}{cap_text}{projected}"
+    if figures.get("limit") is not None:
+        text += f" · limit {figures['limit']} · 429s {figures.get('rate_limited', 0)}"
+    return text

@@ -26,6 +26,7 @@ from hermes_core.exceptions import PromptCancelled
 T = TypeVar("T")
 
 _cancelled = threading.Event()
+_no_new = threading.Event()
 _live: set[Environment] = set()
 _waiters: set[threading.Event] = set()
 _lock = threading.Lock()
@@ -48,6 +49,26 @@ def cancel_running() -> int:
         except Exception:  # noqa: BLE001 - teardown of the others must go on
             pass
     return len(envs)
+
+
+def hold_new_prompts(hold: bool = True) -> None:
+    """Refuse (``hold=True``) or allow again new prompts of this process, without touching running ones.
+
+    A prompt that has not started yet (e.g. queued in the thread pool) then ends at once with
+    PromptCancelled, before its sandbox exists: a run that drains (its budget is spent) starts no
+    new prompt. The flow allows them again when it starts.
+    """
+    if hold:
+        _no_new.set()
+    else:
+        _no_new.clear()
+
+
+def check_may_start() -> None:
+    """Raise PromptCancelled when the run is cancelled or new prompts are held (:func:`hold_new_prompts`)."""
+    check_cancelled()
+    if _no_new.is_set():
+        raise PromptCancelled("the run starts no new prompt (budget reached)")
 
 
 def is_cancelled() -> bool:

@@ -13,7 +13,10 @@ message. OpenRouter options (``provider``, ``reasoning``) travel in the request 
 (https://openrouter.ai/docs/api-reference/parameters).
 
 Each request runs through :func:`hermes_core.cancel.call_interruptibly`, so a cancelled run
-does not wait for a slow model.
+does not wait for a slow model. With a run-wide :class:`~hermes_core.limiter.ConcurrencyLimiter`,
+each attempt takes a slot before it is sent and reports its answer after (status, Retry-After,
+``x-ratelimit-*`` headers), so the retries wait on the limiter too. On OpenRouter the body asks
+for the request's cost (``usage: {"include": true}``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import httpx
 import openai
 import tenacity
 from pydantic import BaseModel, Field, SecretStr
@@ -34,6 +38,7 @@ from pydantic import BaseModel, Field, SecretStr
 from hermes_core import cancel
 from hermes_core.endpoints import require_key
 from hermes_core.exceptions import ModelError, PromptTimeout
+from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.options import DEFINING, CommaList
 from hermes_core.trajectory import extract_reasoning
 
@@ -188,6 +193,7 @@ class ModelClient:
         api_key: the key; may be None only for local endpoints that need none.
         timeout: seconds per request (each attempt).
         max_retries: retries of one request on transient errors (so ``max_retries + 1`` attempts).
+        limiter: the run-wide limit on requests in flight, or None (no limit).
 
     Raises:
         ConfigError: no key for an endpoint that is not on this machine.
@@ -201,8 +207,10 @@ class ModelClient:
         api_key: SecretStr | None,
         timeout: float = 600.0,
         max_retries: int = 5,
+        limiter: ConcurrencyLimiter | None = None,
     ):
         self.options = options
+        self.limiter = limiter
         self.base_url = base_url
         self.timeout = timeout
         self.max_retries = max_retries
@@ -215,6 +223,8 @@ class ModelClient:
                 )
             self._client = _clients[cache_key]
         self._extra_body = options.extra_body()
+        if reports_cost(base_url):
+            self._extra_body["usage"] = {"include": True}  # OpenRouter: usage.cost in every answer
 
     def complete(
         self,
@@ -258,7 +268,30 @@ class ModelClient:
         return retrying(self._attempt, body, timeout or self.timeout, deadline)
 
     def _attempt(self, body: dict[str, Any], timeout: float, deadline: float | None) -> ModelTurn:
-        """One HTTP request; every failure becomes a ModelError (``retryable`` when transient)."""
+        """One HTTP request, in a slot of the run's limiter when there is one (see :meth:`_request`)."""
+        limiter = self.limiter
+        if limiter is None:
+            return self._request(body, timeout, deadline, {})
+        ticket = limiter.acquire(deadline)
+        seen: dict[str, Any] = {}
+        try:
+            turn = self._request(body, timeout, deadline, seen)
+        finally:
+            limiter.release(
+                ticket,
+                status=seen.get("status"),
+                retry_after=seen.get("retry_after"),
+                headers=seen.get("headers"),
+            )
+        return turn
+
+    def _request(
+        self, body: dict[str, Any], timeout: float, deadline: float | None, seen: dict[str, Any]
+    ) -> ModelTurn:
+        """One HTTP request; every failure becomes a ModelError (``retryable`` when transient).
+
+        ``seen`` gets the answer's ``status``, ``retry_after`` and ``headers`` when there was an answer.
+        """
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -266,22 +299,27 @@ class ModelClient:
             timeout = min(timeout, left)
         try:
             # The SDK's transport and error types without its per-call recursive transform of
-            # messages and tools, and without building response models (cast_to=object returns
-            # the decoded JSON): 3 ms less CPU per call (bench/ANALYSIS.md).
+            # messages and tools, and without building response models (the raw response, decoded
+            # here): 3 ms less CPU per call (bench/ANALYSIS.md).
             response = cancel.call_interruptibly(
                 lambda: self._client.post(
-                    "/chat/completions", body=body, options={"timeout": timeout}, cast_to=object
+                    "/chat/completions", body=body, options={"timeout": timeout}, cast_to=httpx.Response
                 )
             )
+            seen.update(status=response.status_code, headers=response.headers)
+            data = response.json()
         except _NON_RETRYABLE as exc:
+            seen.update(status=exc.status_code, headers=exc.response.headers)
             raise ModelError(_describe(exc), status_code=exc.status_code, retryable=False) from None
         except openai.APIStatusError as exc:
             retryable = _should_retry(exc)
+            retry_after = _retry_after(exc.response.headers)
+            seen.update(status=exc.status_code, headers=exc.response.headers, retry_after=retry_after)
             raise ModelError(
                 _describe(exc),
                 status_code=exc.status_code,
                 retryable=retryable,
-                retry_after=_retry_after(exc.response.headers) if retryable else None,
+                retry_after=retry_after if retryable else None,
             ) from None
         except openai.APITimeoutError as exc:
             if deadline is not None and time.monotonic() >= deadline - 0.05:
@@ -291,7 +329,12 @@ class ModelClient:
             raise ModelError(f"{type(exc).__name__}: {exc}", retryable=True) from None
         except ValueError as exc:  # a JSON reply that does not decode (e.g. cut off)
             raise ModelError(f"the provider's reply is not valid JSON: {exc}", retryable=True) from None
-        return _read_turn(response)
+        return _read_turn(data)
+
+
+def reports_cost(base_url: str) -> bool:
+    """True when the endpoint is known to report each request's cost (OpenRouter, when asked)."""
+    return "openrouter.ai" in base_url
 
 
 def _should_retry(exc: openai.APIStatusError) -> bool:

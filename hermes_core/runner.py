@@ -14,11 +14,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hermes_core.agent import Agent, AgentConfig, AgentResult
-from hermes_core.cancel import check_cancelled, tracked
+from hermes_core.cancel import check_cancelled, check_may_start, tracked
 from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
+from hermes_core.exceptions import PromptCancelled
+from hermes_core.limiter import run_limiter
 from hermes_core.redaction import register_secrets_of
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
@@ -61,6 +63,16 @@ class RunSpec(BaseModel):
     toolsets: list[str] | None = Field(
         default=None, description="Fixed toolsets; None = draw from the distribution."
     )
+    max_requests_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Run-wide limit on model requests in flight in this process (the run's num_workers); "
+        "None = no limiter.",
+    )
+    adaptive_concurrency: bool = Field(
+        default=True,
+        description="Halve the limit on rate-limit answers and grow it back (hermes_core.limiter).",
+    )
 
 
 class PromptOutcome(BaseModel):
@@ -98,11 +110,12 @@ def run_prompt(
     Raises:
         ModelError: provider error after retries, or a non-retryable 4xx.
         PromptTimeout: the prompt ran past ``spec.prompt_timeout``.
-        PromptCancelled: the process is stopping (:func:`hermes_core.cancel.cancel_running`).
+        PromptCancelled: the process is stopping (:func:`hermes_core.cancel.cancel_running`), or
+            holds new prompts (:func:`hermes_core.cancel.hold_new_prompts`).
         SandboxError: the sandbox could not be created or broke.
         ConfigError: unknown distribution or backend, missing API key.
     """
-    check_cancelled()  # a prompt dequeued while the run is stopping starts no sandbox
+    check_may_start()  # a prompt dequeued while the run is stopping or draining starts no sandbox
     settings = settings or HermesSettings()
     register_secrets_of(settings)  # the keys it holds are redacted from every tool result
     started = time.monotonic()
@@ -112,6 +125,11 @@ def run_prompt(
         api_key=settings.api_key,
         timeout=settings.request_timeout,
         max_retries=settings.max_retries,
+        limiter=run_limiter(
+            spec.run_id or spec.run_name, spec.max_requests_in_flight, adaptive=spec.adaptive_concurrency
+        )
+        if spec.max_requests_in_flight
+        else None,
     )
     toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.record_key))
     tools, _ = offered_tools([ts for ts in toolsets if ts in TOOLSETS], settings)
@@ -135,10 +153,10 @@ def run_prompt(
                 result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
             finally:
                 ctx.close()
-    except Exception:
-        check_cancelled()  # an error caused by a cancellation (killed command, closed sandbox) is one
+    except Exception as exc:
+        _check_cancelled(getattr(exc, "usage", None))  # an error caused by a cancellation is one
         raise
-    check_cancelled()  # commands killed by a cancellation do not make a trajectory
+    _check_cancelled(result.usage.as_dict())  # commands killed by a cancellation make no trajectory
     assistant_turns, with_reasoning = result.reasoning
     usage = result.usage.as_dict()
     duration = round(time.monotonic() - started, 3)
@@ -153,6 +171,15 @@ def run_prompt(
     row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
     status = "completed" if with_reasoning else "discarded_no_reasoning"
     return PromptOutcome(status=status, row=row, **common)
+
+
+def _check_cancelled(usage: dict[str, Any] | None) -> None:
+    """Raise PromptCancelled carrying ``usage`` (what the prompt spent) when the run is cancelled."""
+    try:
+        check_cancelled()
+    except PromptCancelled as exc:
+        exc.usage = usage
+        raise
 
 
 def build_row(

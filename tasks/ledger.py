@@ -8,7 +8,12 @@ Files under ``data/<run_name>/``:
 * ``discarded.jsonl`` - tombstones of samples discarded for lack of reasoning
   (a resume does not pay for them again).
 * ``failures.jsonl`` - one line per prompt that failed in an invocation, after its task retries
-  (error type, message, the attempts that ran); earlier invocations' lines stay as history.
+  (error type, message, the attempts that ran, the ``usage`` they spent); earlier invocations'
+  lines stay as history.
+* ``cancelled.jsonl`` - what prompts cancelled mid-way (a stop, ``--on_budget=cancel``) had
+  spent (``usage``); they stay pending.
+* ``spend.json`` - the usage of every line above, summed per file (:mod:`tasks.spend`), saved
+  with every checkpoint: the run's spend without re-reading the run.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
   rewritten atomically after every batch.
 
@@ -32,6 +37,7 @@ from typing import Any
 
 from hermes_core.redaction import redact
 from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
+from tasks.spend import SpendTally
 
 BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
 # json.dumps escapes every quote inside a string, so this sequence only matches a real key.
@@ -106,6 +112,7 @@ class RunLedger:
     batch_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     next_batch: int = 0
     torn_bytes: int = 0
+    spend: SpendTally | None = None
     _batches: dict[int, BatchState] = field(default_factory=dict)
     _assigned: dict[str, int] = field(default_factory=dict)
     _index_of: dict[str, int] = field(default_factory=dict)
@@ -128,11 +135,11 @@ class RunLedger:
             ledger.torn_bytes += repair_torn_tail(path)
             with open(path, "rb") as fh:
                 for line in fh:
-                    found = _row_prompt_id(line)
+                    found = row_prompt_id(line)
                     if found:
                         ledger.rows.setdefault(found, number)
                         rows_in[number] = rows_in.get(number, 0) + 1
-        for name in ("discarded.jsonl", "failures.jsonl"):
+        for name in ("discarded.jsonl", "failures.jsonl", "cancelled.jsonl"):
             ledger.torn_bytes += repair_torn_tail(run_dir / name)
         discards_in: dict[int, int] = {}
         for tomb in _read_jsonl(run_dir / "discarded.jsonl"):
@@ -153,6 +160,7 @@ class RunLedger:
             )
         highest = max([highest, *(int(n) for n in ledger.batch_stats)])
         ledger.next_batch = highest + 1
+        ledger.spend = SpendTally.load(run_dir)
         return ledger
 
     @property
@@ -191,6 +199,7 @@ class RunLedger:
         number = self._assigned[prompt_id]
         row["metadata"]["batch_num"] = number
         append_jsonl(self._handle(number), row)
+        self._spent(f"batch_{number}.jsonl", row["metadata"].get("usage"))
         self.rows[prompt_id] = number
         self._resolve(prompt_id, "processed")
         return True
@@ -201,16 +210,25 @@ class RunLedger:
             return False
         tombstone = {"prompt_id": prompt_id, **tombstone, "batch_num": self._assigned.get(prompt_id)}
         self._append("discarded.jsonl", {**tombstone, "time": now_iso()})
+        self._spent("discarded.jsonl", tombstone.get("usage"))
         self.discarded.add(prompt_id)
         self._resolve(prompt_id, "discarded_no_reasoning")
         return True
 
     def record_failure(
-        self, prompt_id: str, prompt_index: int, error_type: str, message: str, attempts: int
+        self,
+        prompt_id: str,
+        prompt_index: int,
+        error_type: str,
+        message: str,
+        attempts: int,
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Append a failure line (the prompt stays pending for a resume or a retry); returns it.
 
-        The message is redacted (:mod:`hermes_core.redaction`): an error can quote a command's output.
+        ``usage`` is what the failed attempts spent (``{prompt_tokens, completion_tokens,
+        reasoning_tokens, cost}``; None: nothing known, recorded as zero tokens). The message is
+        redacted (:mod:`hermes_core.redaction`): an error can quote a command's output.
         """
         line = {
             "prompt_id": prompt_id,
@@ -218,14 +236,31 @@ class RunLedger:
             "error_type": error_type,
             "message": redact(message),
             "attempts": attempts,
+            "usage": usage
+            or {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cost": None},
             "time": now_iso(),
         }
         self._append("failures.jsonl", line)
+        self._spent("failures.jsonl", line["usage"])
         self._resolve(prompt_id, "skipped")
         return line
 
+    def record_cancelled(self, prompt_id: str, prompt_index: int, usage: dict[str, Any] | None) -> None:
+        """Record what a prompt cancelled mid-way spent (nothing when it spent nothing); it stays pending."""
+        if not usage or not (
+            usage.get("prompt_tokens") or usage.get("completion_tokens") or usage.get("cost")
+        ):
+            return
+        self._append(
+            "cancelled.jsonl",
+            {"prompt_id": prompt_id, "prompt_index": prompt_index, "usage": usage, "time": now_iso()},
+        )
+        self._spent("cancelled.jsonl", usage)
+
     def write_checkpoint(self) -> None:
-        """Rewrite ``checkpoint.json`` atomically from the current state."""
+        """Rewrite ``checkpoint.json`` (and ``spend.json``) atomically from the current state."""
+        if self.spend is not None:
+            self.spend.save()
         finished = self.finished
         completed = sorted(idx for pid, idx in self._index_of.items() if pid in finished)
         write_json_atomic(
@@ -262,6 +297,10 @@ class RunLedger:
             if handle:
                 handle.close()
 
+    def _spent(self, file_name: str, usage: dict[str, Any] | None) -> None:
+        if self.spend is not None:
+            self.spend.add(file_name, usage)
+
     def _handle(self, number: int):
         if number not in self._handles:
             self._handles[number] = open(self.run_dir / f"batch_{number}.jsonl", "ab")
@@ -272,7 +311,7 @@ class RunLedger:
             append_jsonl(fh, obj)
 
 
-def _row_prompt_id(line: bytes) -> str | None:
+def row_prompt_id(line: bytes) -> str | None:
     """The id of the first ``"prompt_id": "<id>"`` key (after ``{`` or ``, ``) of a JSON line, or None.
 
     The row is not parsed: a plain search, about 5x faster than the equivalent regex

@@ -96,12 +96,45 @@ def _settings(api_key_secret: str | None) -> HermesSettings:
 def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = None) -> PromptOutcome:
     """Run one prompt (see :func:`hermes_core.runner.run_prompt`); raise on failure.
 
-    The exception of a failed attempt carries ``attempts`` (this attempt's number), so the
-    ledger records how many attempts really ran.
+    The exception of a failed attempt carries ``attempts`` (this attempt's number) and ``usage``
+    (what this prompt's failed attempts in this process spent, summed), so the ledger records how
+    many attempts really ran and what they cost. When a retry then succeeds, the earlier attempts'
+    usage is added to the outcome's (and its row's) usage: a run's spend counts every attempt.
     """
     attempt = task_run.run_count or 1
+    key = job.prompt_id
     try:
-        return run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
+        outcome = run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
     except Exception as exc:
         exc.attempts = attempt
+        exc.usage = _add_usage(_failed_usage.pop(key, None), getattr(exc, "usage", None))
+        if exc.usage:
+            _failed_usage[key] = exc.usage  # a task retry may follow; the flow settles it when none does
         raise
+    earlier = _failed_usage.pop(key, None)
+    if earlier:
+        outcome.usage = _add_usage(earlier, outcome.usage)
+        outcome.row["metadata"]["usage"] = outcome.usage
+    return outcome
+
+
+_failed_usage: dict[str, dict] = {}
+"""Usage of failed attempts of prompts that may still be retried in this process (prompt_id -> usage)."""
+
+
+def settle_failed_usage(prompt_id: str) -> None:
+    """Forget the failed attempts' usage of a prompt whose failure is recorded (no retry follows)."""
+    _failed_usage.pop(prompt_id, None)
+
+
+def _add_usage(a: dict | None, b: dict | None) -> dict | None:
+    """The sum of two usage dicts (``cost`` None unless one has it); None when both are None."""
+    if a is None or b is None:
+        return a or b
+    total = {
+        k: int(a.get(k) or 0) + int(b.get(k) or 0)
+        for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")
+    }
+    costs = [c for c in (a.get("cost"), b.get("cost")) if c is not None]
+    total["cost"] = round(sum(costs), 8) if costs else None
+    return total

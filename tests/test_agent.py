@@ -445,3 +445,65 @@ def test_a_tool_call_without_an_id_gets_one():
     )
     call_id = turn.message["tool_calls"][0]["id"]
     assert isinstance(call_id, str) and call_id.startswith("call_") and len(call_id) == 21
+
+
+def test_openrouter_requests_ask_for_the_cost_others_do_not(tmp_path):
+    import openai
+    from pydantic import SecretStr
+
+    from hermes_core.mockllm import MockServer
+
+    log = tmp_path / "bodies.jsonl"
+    with MockServer(request_log=str(log), log_bodies=True) as server:
+        sent = []
+        for base in ("https://openrouter.ai/api/v1", server.base_url):
+            client = ModelClient(
+                ModelOptions(model="mock/scripted?cost=0.002"), base_url=base, api_key=SecretStr("k")
+            )
+            client._client = openai.OpenAI(
+                base_url=server.base_url, api_key="k", max_retries=0
+            )  # the mock answers
+            sent.append(client.complete([{"role": "user", "content": f"cost asked? {base}"}], []))
+    bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
+    assert bodies[0]["usage"] == {"include": True} and "usage" not in bodies[1]
+    assert sent[0].usage.cost == pytest.approx(0.002)
+
+
+class _WindowSpent(_Recorder):
+    """Answers like a provider whose request window is used up: remaining 0, reset in 1 s."""
+
+    arrivals: list[float] = []
+
+    def send_header(self, keyword, value):
+        super().send_header(keyword, value)
+        if keyword == "Content-Type":
+            super().send_header("x-ratelimit-remaining-requests", "0")
+            super().send_header("x-ratelimit-reset-requests", "1s")
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        _WindowSpent.arrivals.append(time.monotonic())
+        super().do_POST()
+
+
+def test_ratelimit_headers_hold_the_next_request_until_the_reset():
+    from pydantic import SecretStr
+
+    from hermes_core.limiter import ConcurrencyLimiter
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _WindowSpent)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        limiter = ConcurrencyLimiter(4)
+        client = ModelClient(
+            ModelOptions(model="any"),
+            base_url=f"http://127.0.0.1:{httpd.server_port}/v1",
+            api_key=SecretStr("k"),
+            limiter=limiter,
+        )
+        for i in range(2):
+            client.complete([{"role": "user", "content": f"window {i}"}], [])
+    finally:
+        httpd.shutdown()
+    first, second = _WindowSpent.arrivals[-2:]
+    assert second - first >= 0.95  # held until x-ratelimit-reset-requests passed
+    assert limiter.limit == 4 and limiter.rate_limited == 0  # a hold, not a cut

@@ -516,6 +516,33 @@ def test_latency_requests_overlap():
     assert stats["peak_in_flight"] == 20 and stats["in_flight"] == 0
 
 
+def test_max_in_flight_refuses_the_extra_requests_like_a_provider_limit():
+    async def run(server: MockServer) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as c:
+            model = "mock/scripted?max_in_flight=4&latency_ms=300&retry_after=0.7"
+            return await asyncio.gather(
+                *(
+                    c.post("/chat/completions", json={"model": model, "messages": _user(f"limited {i}")})
+                    for i in range(10)
+                )
+            )
+
+    with MockServer() as own:
+        replies = asyncio.run(run(own))
+        stats = own.stats()
+        later = httpx.post(  # the limit is on requests in flight: once they are answered, room again
+            own.base_url + "/chat/completions",
+            json={"model": "mock/scripted?max_in_flight=4", "messages": _user("after")},
+            timeout=10,
+        )
+    statuses = sorted(r.status_code for r in replies)
+    assert statuses == [200] * 4 + [429] * 6
+    refused = [r for r in replies if r.status_code == 429]
+    assert all(r.headers["retry-after"] == "0.7" for r in refused)
+    assert refused[0].json()["error"]["code"] == "concurrency_limit"
+    assert stats["by_status"] == {"200": 4, "429": 6} and later.status_code == 200
+
+
 def test_slow_rate(http: httpx.Client):
     started = time.monotonic()
     assert _post(http, "mock/scripted?slow_rate=1&slow_latency_ms=300", _user("slow one")).status_code == 200

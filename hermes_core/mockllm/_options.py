@@ -50,6 +50,12 @@ class MockOptions(BaseModel):
     slow_latency_ms: int = Field(0, ge=0, description="Delay of the slow conversations, milliseconds.")
     rate_limit: int = Field(0, ge=0, description="First N requests of each conversation answer 429.")
     retry_after: float = Field(1.0, ge=0, description="Retry-After header of the 429 answers, seconds.")
+    max_in_flight: int = Field(
+        0,
+        ge=0,
+        description="A provider's concurrency limit: while more than K requests are being served, the "
+        "extra ones answer 429 at once (with retry_after); 0 = no limit.",
+    )
     error_5xx: int = Field(
         0, ge=0, description="Next N requests (after the rate_limit ones) answer error_status."
     )

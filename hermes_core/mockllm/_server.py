@@ -3,6 +3,8 @@
 Faults of one request are decided in this order (``n`` = 0-based index of the
 request within its conversation; counters only grow until ``POST /stats/reset``):
 
+0. concurrency limit: with ``max_in_flight=K``, a request that arrives while more than K are being
+   served (itself included) answers 429 with ``Retry-After`` at once, as a provider's limit does;
 1. latency: ``latency_ms`` (or ``slow_latency_ms`` for the ``slow_rate`` conversations);
 2. hang: with ``hang_s``, requests ``n < hang_count`` sleep ``hang_s`` first, then answer normally;
 3. always-failing conversations (``fail_rate`` / ``fail_file``): ``error_status``;
@@ -77,6 +79,11 @@ class _State:
         """A chat-completions request has been answered."""
         with self._lock:
             self._in_flight -= 1
+
+    @property
+    def in_flight(self) -> int:
+        """Chat-completions requests being served now (this one included)."""
+        return self._in_flight
 
     def arrive(self, key: str | None) -> int:
         """Count a request (of conversation ``key``, if known); return its 0-based index in that conversation."""
@@ -176,6 +183,13 @@ async def _answer(state: _State, body: Any) -> tuple[JSONResponse, str, Any, int
         msg = "stream=true is not supported by the mock model; send a non-streaming request"
         return _error(400, msg, "invalid_request_error", "stream_not_supported"), key, model, turn
 
+    if options.max_in_flight and state.in_flight > options.max_in_flight:
+        retry = f"{options.retry_after:g}"
+        msg = (
+            f"Too many requests in flight (mock max_in_flight={options.max_in_flight}); retry after {retry} s"
+        )
+        response = _error(429, msg, "rate_limit_error", "concurrency_limit", {"Retry-After": retry})
+        return response, key, model, turn
     delay = _latency_s(options, key)
     if delay > 0:
         await asyncio.sleep(delay)
