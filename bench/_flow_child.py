@@ -103,7 +103,6 @@ def apply_patches(names: list[str]) -> None:
         prompt_mod.run_prompt = timed_run_prompt
         # time spent by the flow's dispatcher thread in each step of handling a completion
         from prefect.futures import PrefectConcurrentFuture
-        from prefect.tasks import Task
 
         import flows.progress as progress_mod
         from tasks.ledger import RunLedger
@@ -122,7 +121,6 @@ def apply_patches(names: list[str]) -> None:
 
             setattr(owner, attr, wrapper)
 
-        timing(Task, "submit", "task.submit")
         timing(RunLedger, "record_row", "ledger.record_row")
         timing(progress_mod.RunProgress, "record", "progress.record")
         timing(PrefectConcurrentFuture, "wait", "future.wait")

@@ -125,9 +125,8 @@ def run_view(argv: list[str]) -> int:
 def run_export(argv: list[str]) -> int:
     """``hermes-batch export``: write the dataset folder, optionally upload it. Returns the exit code."""
     args = build_export_parser().parse_args(argv)
-    from tasks.export import ExportError, export_run
-
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
+    from tasks.export import ExportError, export_run
 
     try:
         result = export_run(

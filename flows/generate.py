@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from tasks.prompt import retry_condition, run_prompt_task
-from tasks.run_setup import check_run_dir, finish_invocation, jobs_of, start_invocation
+from tasks.run_setup import check_run_dir, finish_invocation, iter_jobs, prompt_ids, start_invocation
 
 
 @task(name="read-dataset", persist_result=False)
@@ -103,7 +104,7 @@ def _generate_trajectories(**options: Any) -> State:
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
         )
         dataset = read_dataset_task(config)
-        jobs = jobs_of(dataset, config.settings_hash())
+        ids = prompt_ids(dataset, config.settings_hash())  # records stay on disk until their prompt starts
         info = start_invocation(
             run_dir, config.run_name, config.defining_settings(), config.settings_hash(), dataset, flow_run.id
         )
@@ -111,25 +112,27 @@ def _generate_trajectories(**options: Any) -> State:
         if ledger.torn_bytes:
             logger.warning("repaired a torn last line (%d bytes) left by a killed run", ledger.torn_bytes)
         finished = ledger.finished
-        pending = [job for job in jobs if job.prompt_id not in finished]
-        index_of = {job.prompt_id: job.prompt_index for job in jobs}
-        done_before = len(jobs) - len(pending)
-        ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
+        pending = [index for index, pid in enumerate(ids) if pid not in finished]
+        del finished
+        index_of = {pid: index for index, pid in enumerate(ids)}
+        done_before = len(ids) - len(pending)
+        ledger.plan([(index, ids[index]) for index in pending], config.batch_size, index_of)
         backend = config.terminal_env or HermesSettings().terminal_env  # docker: reap leftovers, check images
-        pending, image_failed = prepare_sandboxes(info.run_id, pending, backend, ledger)
+        pending, image_failed = prepare_sandboxes(info.run_id, pending, dataset, ids, backend, ledger)
         isolation = isolation_warning(backend, HermesSettings())
         if isolation:
             logger.warning("%s", isolation)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
         start_line = (
-            f"run {config.run_name}: {len(jobs)} prompts, {done_before} already finished, "
+            f"run {config.run_name}: {len(ids)} prompts, {done_before} already finished, "
             f"{len(pending)} to run with {config.num_workers} workers"
         )
         logger.info("%s", start_line)
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
         progress.open(line=start_line)
-        failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id)
+        jobs = iter_jobs(dataset, config.settings_hash(), pending)  # in prompt order, read one at a time
+        failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id)
         ledger.write_checkpoint()
         ledger.close()
         if stop.requested:
@@ -144,7 +147,7 @@ def _generate_trajectories(**options: Any) -> State:
             finished_now = len(ledger.finished & index_of.keys())
             message = (
                 f"stopped ({stop.reason}): {progress.done} prompts finished in this flow run, "
-                f"{finished_now} of {len(jobs)} in the run; run it again with --resume to continue"
+                f"{finished_now} of {len(ids)} in the run; run it again with --resume to continue"
             )
             logger.warning("%s", message)
             return Cancelled(message=message)
@@ -164,7 +167,7 @@ def _generate_trajectories(**options: Any) -> State:
     if failed:
         return Failed(
             message=(
-                f"{len(failed)} of {len(jobs)} prompts failed (see {run_dir / 'failures.jsonl'}); "
+                f"{len(failed)} of {len(ids)} prompts failed (see {run_dir / 'failures.jsonl'}); "
                 "every other output is written. A retry of this flow run re-attempts only the failed prompts."
             )
         )
@@ -217,7 +220,7 @@ def prompt_task_runner(config: BatchConfig):
 
 def _run_prompts(
     config: BatchConfig,
-    pending: list[PromptJob],
+    pending: Iterable[PromptJob],
     ledger: RunLedger,
     progress: RunProgress,
     stop: RunStop,
@@ -256,7 +259,7 @@ def _sliding_window(
     )
     spec = config.run_spec().model_copy(update={"run_id": run_id})
     done: queue.SimpleQueue = queue.SimpleQueue()
-    queued = iter(sorted(pending, key=lambda j: j.prompt_index))
+    queued = iter(pending)  # in prompt order, each record read from the dataset when it is submitted
     in_flight = 0
     failed: list[dict[str, Any]] = []
     give_up_at: float | None = None
