@@ -47,6 +47,11 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_now_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def _mark_prompt_phase_end() -> None:
     """Record the peak RSS reached when the merge starts: the peak of the prompt phase (bookkeeping only)."""
     import flows.generate as generate
@@ -68,6 +73,10 @@ def apply_patches(names: list[str]) -> None:
     * ``switch1ms``: ``sys.setswitchinterval(0.001)`` (the GIL is handed over after 1 ms, not 5).
     * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
     * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
+    * ``first_prompt``: record the seconds from the flow call and the peak RSS when the first prompt
+      starts, the RSS (now, not peak) after every ``HERMES_BENCH_RSS_EVERY`` (default 250) prompts, and
+      stop the run the way a user does (SIGTERM to this process) after ``HERMES_BENCH_STOP_AFTER``
+      prompts (unset: never): the set-up and the prompt phase of a large dataset without running it all.
 
     Experiments adopted by the product since (bench/ANALYSIS.md F2-F4: zlib results, raw
     ``client.post``, malloc arenas) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
@@ -134,6 +143,37 @@ def apply_patches(names: list[str]) -> None:
         path = os.environ.get("HERMES_BENCH_TIMELINE", "timeline.json")
         _atexit.register(lambda: Path(path).write_text(json.dumps({"spans": spans, "steps": steps})))
 
+    if "first_prompt" in names:
+        import signal
+        import threading
+
+        import hermes_core.runner as runner_mod
+        import tasks.prompt as prompt_mod
+
+        inner_run = runner_mod.run_prompt
+        stop_after = int(os.environ.get("HERMES_BENCH_STOP_AFTER") or 0)
+        every = int(os.environ.get("HERMES_BENCH_RSS_EVERY") or 250)
+        lock = threading.Lock()
+        counts = {"done": 0}
+        _FINAL["rss_by_done_mb"] = {}
+
+        def first_prompt_run(*a, **kw):
+            with lock:
+                if "first_prompt_s" not in _FINAL:
+                    _FINAL["first_prompt_s"] = round(time.perf_counter() - _FINAL["flow_t0"], 3)
+                    _FINAL["peak_rss_first_prompt_mb"] = round(_peak_mb(), 1)
+            try:
+                return inner_run(*a, **kw)
+            finally:
+                with lock:
+                    counts["done"] += 1
+                    done = counts["done"]
+                if done % every == 0:
+                    _FINAL["rss_by_done_mb"][done] = round(_rss_now_mb(), 1)
+                if stop_after and done == stop_after:
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        prompt_mod.run_prompt = first_prompt_run
     if "pickle" in names:
         generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer="pickle")
     if "nocache" in names:
@@ -172,6 +212,7 @@ def main() -> None:
 
         tracemalloc.start(8)
     cpu0, t0 = time.process_time(), time.perf_counter()
+    _FINAL["flow_t0"] = t0
     state = generate_trajectories(**config.options(), return_state=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     census = spec.get("census")
@@ -216,6 +257,11 @@ def main() -> None:
             "cpu_before_flow_s": round(cpu0, 3),
             "peak_rss_mb": round(_peak_mb(), 1),
             "peak_rss_prompt_phase_mb": round(_FINAL.get("peak_rss_prompt_phase_mb", 0.0), 1),
+            **{
+                k: _FINAL[k]
+                for k in ("first_prompt_s", "peak_rss_first_prompt_mb", "rss_by_done_mb")
+                if k in _FINAL
+            },
             "state": state.type.value,
             "message": state.message,
         }

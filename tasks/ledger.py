@@ -10,7 +10,12 @@ Files under ``data/<run_name>/``:
 * ``failures.jsonl`` - one line per prompt that failed in an invocation, after its task retries
   (error type, message, the attempts that ran); earlier invocations' lines stay as history.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
-  rewritten atomically after every batch.
+  rewritten atomically when a batch finishes (at most every :data:`CHECKPOINT_INTERVAL` seconds:
+  it lists every finished prompt, so each write costs O(run size)) and when the ledger closes.
+* ``.ledger-index.jsonl`` - one line per closed batch file: its name, size, modification time
+  and the prompt ids of its rows, so opening the ledger of a large run reads this file instead of
+  every row. A batch file without a matching line (changed, or written by a killed invocation)
+  is scanned as before; the line is then added.
 
 The ledger is written by the flow only (one writer, guarded by :class:`RunLock`).
 Writes are idempotent by prompt identity: recording a prompt that is already
@@ -24,6 +29,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +40,9 @@ from hermes_core.redaction import redact
 from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
 
 BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
+INDEX_FILE = ".ledger-index.jsonl"
+CHECKPOINT_INTERVAL = 5.0
+"""Seconds between two checkpoint writes while prompts run (the last one is written at close)."""
 # json.dumps escapes every quote inside a string, so this sequence only matches a real key.
 _PROMPT_ID_KEY = b'"prompt_id": "'
 
@@ -110,6 +119,8 @@ class RunLedger:
     _assigned: dict[str, int] = field(default_factory=dict)
     _index_of: dict[str, int] = field(default_factory=dict)
     _handles: dict[int, Any] = field(default_factory=dict)
+    _written: dict[int, list[str]] = field(default_factory=dict)  # ids of rows in open batch files
+    _checkpoint_at: float | None = None  # monotonic time of the last checkpoint write
 
     @classmethod
     def open(cls, run_dir: Path, run_name: str) -> RunLedger:
@@ -119,6 +130,7 @@ class RunLedger:
         ledger = cls(run_dir=run_dir, run_name=run_name)
         highest = -1
         rows_in: dict[int, int] = {}
+        indexed = _read_index(run_dir / INDEX_FILE)
         for path in sorted(run_dir.iterdir()):
             match = BATCH_RE.match(path.name)
             if not match:
@@ -126,12 +138,15 @@ class RunLedger:
             number = int(match.group(1))
             highest = max(highest, number)
             ledger.torn_bytes += repair_torn_tail(path)
-            with open(path, "rb") as fh:
-                for line in fh:
-                    found = _row_prompt_id(line)
-                    if found:
-                        ledger.rows.setdefault(found, number)
-                        rows_in[number] = rows_in.get(number, 0) + 1
+            ids = indexed.get((path.name, *_signature(path)))
+            if ids is None:
+                with open(path, "rb") as fh:
+                    ids = [found for found in map(_row_prompt_id, fh) if found]
+                ledger._add_to_index(path, ids)
+            for found in ids:
+                ledger.rows.setdefault(found, number)
+            if ids:
+                rows_in[number] = len(ids)
         for name in ("discarded.jsonl", "failures.jsonl"):
             ledger.torn_bytes += repair_torn_tail(run_dir / name)
         discards_in: dict[int, int] = {}
@@ -191,6 +206,7 @@ class RunLedger:
         number = self._assigned[prompt_id]
         row["metadata"]["batch_num"] = number
         append_jsonl(self._handle(number), row)
+        self._written.setdefault(number, []).append(prompt_id)
         self.rows[prompt_id] = number
         self._resolve(prompt_id, "processed")
         return True
@@ -226,6 +242,7 @@ class RunLedger:
 
     def write_checkpoint(self) -> None:
         """Rewrite ``checkpoint.json`` atomically from the current state."""
+        self._checkpoint_at = time.monotonic()
         finished = self.finished
         completed = sorted(idx for pid, idx in self._index_of.items() if pid in finished)
         write_json_atomic(
@@ -239,10 +256,23 @@ class RunLedger:
         )
 
     def close(self) -> None:
-        """Close the open batch files."""
-        for fh in self._handles.values():
-            fh.close()
-        self._handles.clear()
+        """Close the open batch files (each gets its line in the index)."""
+        for number in list(self._handles):
+            self._close_batch(number)
+
+    def _close_batch(self, number: int) -> None:
+        handle = self._handles.pop(number, None)
+        if handle is None:
+            return
+        handle.close()
+        self._add_to_index(Path(handle.name), self._written.pop(number, []))
+
+    def _add_to_index(self, path: Path, ids: list[str]) -> None:
+        """Append the index line of a closed batch file (no fsync: a lost line only means a rescan)."""
+        size, mtime_ns = _signature(path)
+        line = {"file": path.name, "size": size, "mtime_ns": mtime_ns, "ids": ids}
+        with open(self.run_dir / INDEX_FILE, "ab") as fh:
+            fh.write((json.dumps(line) + "\n").encode())
 
     def _resolve(self, prompt_id: str, counter: str) -> None:
         number = self._assigned.get(prompt_id)
@@ -257,10 +287,9 @@ class RunLedger:
             "discarded_no_reasoning": batch.discarded_no_reasoning,
         }
         if batch.done:
-            self.write_checkpoint()
-            handle = self._handles.pop(number, None)
-            if handle:
-                handle.close()
+            self._close_batch(number)
+            if self._checkpoint_at is None or time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
+                self.write_checkpoint()
 
     def _handle(self, number: int):
         if number not in self._handles:
@@ -289,6 +318,27 @@ def _row_prompt_id(line: bytes) -> str | None:
                 return value.decode()
         start = line.find(_PROMPT_ID_KEY, start + 1)
     return None
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    """(size, modification time in ns) of a file: a batch file's index line is valid while both match."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_index(path: Path) -> dict[tuple[str, int, int], list[str]]:
+    """``(file name, size, mtime_ns) -> prompt ids`` from the index; unreadable lines are ignored."""
+    found: dict[tuple[str, int, int], list[str]] = {}
+    if not path.exists():
+        return found
+    with open(path, "rb") as fh:
+        for line in fh:
+            try:
+                entry = json.loads(line)
+                found[(entry["file"], entry["size"], entry["mtime_ns"])] = entry["ids"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    return found
 
 
 def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
