@@ -194,7 +194,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
 
     try:
         dataset = read_dataset(
-            config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid
+            config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
         )
     except DatasetError as exc:
         raise CliError(str(exc)) from None

@@ -46,7 +46,7 @@ from tasks.run_setup import check_run_dir, finish_invocation, iter_jobs, prompt_
 def read_dataset_task(config: BatchConfig) -> Dataset:
     """Read and validate the JSONL dataset (line-numbered errors; ``skip_invalid`` skips them)."""
     dataset = read_dataset(
-        config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid
+        config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
     )
     for line, reason in dataset.invalid:
         get_run_logger().warning("skipped invalid line %s of %s: %s", line, config.dataset_file, reason)

@@ -215,3 +215,39 @@ def test_records_stay_on_disk_and_are_read_when_used(tmp_path, monkeypatch):
         fh.write(b'{"prompt": "late"}\n')
     with pytest.raises(DatasetError, match="changed after it was read"):
         ds.record(0)
+
+
+def test_reuse_returns_the_same_dataset_while_the_file_is_unchanged(tmp_path):
+    path = _write(tmp_path, '{"prompt": "a"}\n')
+    first = read_dataset(path, reuse=True)
+    assert read_dataset(path, reuse=True) is first  # the command line's check, then its flow
+    assert read_dataset(path) is not first and read_dataset(path, reuse=True, max_samples=1) is not first
+    with open(path, "a") as fh:
+        fh.write('{"prompt": "b"}\n')
+    assert len(read_dataset(path, reuse=True)) == 2
+
+
+def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
+    """Identities never depend on orjson: its form equals json's, else the exact path is taken."""
+    import random
+
+    from tasks.dataset import _canonical, _fast_canonical
+
+    rng = random.Random(3)
+    alphabet = [
+        chr(c) for c in [*range(0x80), 0x9F, 0xA0, 0xE9, 0x2028, 0xFEFF, 0xFFFF, 0x4E16, 0x1F600, 0x10FFFF]
+    ]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10)))
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3)))
+        obj = {"prompt": text, key: [text, 0, -5, True, None, {"z": text, "a": []}], "n": 2**63 - 1}
+        line = json.dumps(obj, ensure_ascii=rng.random() < 0.5).encode()
+        fast, canonical = _fast_canonical(line)
+        assert fast == json.loads(line) and canonical == _canonical(json.loads(line))
+    for declined in [b'{"x": 1.5}', b'{"x": [1e-05]}', b'{"x": 18446744073709551616}', b'{"x": NaN}',
+                     b'{"x": "\\ud800"}', b"[1]", b"\xe9", b"  ", b"{bad"]:  # fmt: skip
+        assert _fast_canonical(declined) == (None, None)
+    # records that take the exact path keep their exact identities
+    lines = [{"prompt": "f", "score": 0.1}, {"prompt": "big", "n": 2**70}]
+    ds = read_dataset(_write(tmp_path, "".join(json.dumps(x) + "\n" for x in lines)))
+    assert [r.content_key for r in ds.records] == [_key(lines[0]), _key(lines[1])]
