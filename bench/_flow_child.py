@@ -8,7 +8,8 @@ the JSON object::
      "profile": null | "x.html" | "x.txt" (pyinstrument, main thread) | "x.prof" (cProfile, as text),
      "patches": [names],     # experiments on a private copy, see apply_patches
      "tracemalloc": path,    # snapshot of live Python allocations after the flow
-     "census": path}         # live objects by type after the flow
+     "census": path,         # live objects by type after the flow
+     "heartbeats": true}     # false: no flow-run heartbeats (as the command line with its own local API)
 
 Prints ``BENCH_RESULT {json}``: import seconds, the flow's wall and CPU seconds (this process, all
 threads, not its children), peak RSS (also when the merge starts: the prompt phase), final state.
@@ -73,6 +74,10 @@ def apply_patches(names: list[str]) -> None:
     * ``switch1ms``: ``sys.setswitchinterval(0.001)`` (the GIL is handed over after 1 ms, not 5).
     * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
     * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
+    * ``sdk_pool``: the model client with the OpenAI SDK's default connection pool (1,000
+      connections, 100 kept alive) instead of :data:`hermes_core.client.CONNECTION_LIMITS`.
+    * ``noheartbeat``: the flow run sends no heartbeats (:func:`flows.tuning.without_flow_heartbeats`,
+      what the command line does with its own local API); same as ``"heartbeats": false``.
     * ``first_prompt``: record the seconds from the flow call and the peak RSS when the first prompt
       starts, the RSS (now, not peak) after every ``HERMES_BENCH_RSS_EVERY`` (default 250) prompts, and
       stop the run the way a user does (SIGTERM to this process) after ``HERMES_BENCH_STOP_AFTER``
@@ -143,6 +148,12 @@ def apply_patches(names: list[str]) -> None:
         path = os.environ.get("HERMES_BENCH_TIMELINE", "timeline.json")
         _atexit.register(lambda: Path(path).write_text(json.dumps({"spans": spans, "steps": steps})))
 
+    if "sdk_pool" in names:
+        import openai._constants
+
+        import hermes_core.client as client_mod
+
+        client_mod.CONNECTION_LIMITS = openai._constants.DEFAULT_CONNECTION_LIMITS
     if "first_prompt" in names:
         import signal
         import threading
@@ -190,7 +201,8 @@ def main() -> None:
 
     import_s = time.perf_counter() - _T_START
     # patches also from the environment, for the parts that take no --experiments (e.g. memory)
-    apply_patches((spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(","))
+    patches = (spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(",")
+    apply_patches(patches)
     _mark_prompt_phase_end()
     config = BatchConfig.from_options(**spec["config"])
     profile = spec.get("profile")
@@ -213,7 +225,13 @@ def main() -> None:
         tracemalloc.start(8)
     cpu0, t0 = time.process_time(), time.perf_counter()
     _FINAL["flow_t0"] = t0
-    state = generate_trajectories(**config.options(), return_state=True)
+    import contextlib
+
+    from flows.tuning import without_flow_heartbeats
+
+    heartbeats = spec.get("heartbeats", True) and "noheartbeat" not in patches
+    with contextlib.nullcontext() if heartbeats else without_flow_heartbeats():
+        state = generate_trajectories(**config.options(), return_state=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     census = spec.get("census")
     if census:  # live objects by type after the flow (what a longer run keeps per prompt)
