@@ -48,11 +48,15 @@ BIG_PARTS = {
         "--workers", "1024", "--latency-ms", "10000", "--per-worker", "4", "--parts", "none",
         "--experiments", "isolation-none=HERMES_LOCAL_ISOLATION=none",
     ],
+    "throughput_dask": [
+        "--workers", "256", "--max-n", "1024", "--parts", "none",
+        "--experiments", "dask-2-workers=option.task_runner=dask+option.dask_workers=2",
+    ],
     "dataset_scale": [],
     "resume_1m": ["--n", "1000000", "--first-prompt-only"],
 }  # fmt: skip
 """The full run's large parts: name -> arguments (the script is :data:`SCRIPTS` or the name)."""
-SCRIPTS = {"throughput_1024": "throughput", "resume_1m": "resume"}
+SCRIPTS = {"throughput_1024": "throughput", "throughput_dask": "throughput", "resume_1m": "resume"}
 """Parts that run a benchmark script under another name (other arguments)."""
 
 
@@ -375,6 +379,25 @@ def big_sections(big: dict[str, Any]) -> list[str]:
                 f"{e['peak_rss_mb']:.0f} |"
             )
         lines.append("")
+    dask = (big.get("throughput_dask") or {}).get("experiments", [])
+    if dask:
+        lines += [
+            "## Scale-out on one machine: threads against `--task_runner=dask --dask_workers=2` (W = 256, 1 s per call)",
+            "",
+            "| variant | N | ideal s | ours s | efficiency | flow process CPU ms/prompt | server CPU ms/prompt |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for e in dask:
+            ideal = 3 * 1.0 * e["n"] / e["workers"]
+            lines.append(
+                f"| `{e['variant']}` | {e['n']} | {ideal:g} | {e['wall_s']} | {ideal / e['wall_s']:.3f} | "
+                f"{e['flow_cpu_ms_per_prompt']} | {e['server_cpu_ms_per_prompt']} |"
+            )
+        lines += [
+            "",
+            "(With Dask the prompts run in the Dask worker processes: the flow process's CPU then excludes them.)",
+            "",
+        ]
     ds = big.get("dataset_scale")
     if ds:
         f, r = ds["flow"], ds["read"]
@@ -410,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--skip",
         default="",
-        help="comma list of parts to skip: throughput,resume,postprocess,throughput_1024,dataset_scale,resume_1m",
+        help="comma list of parts to skip: throughput,resume,postprocess,throughput_1024,throughput_dask,"
+        "dataset_scale,resume_1m",
     )
     p.add_argument("--out", default=str(REPO / "bench" / "results.md"))
     p.add_argument(
