@@ -25,7 +25,6 @@ from __future__ import annotations
 import array
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -34,6 +33,7 @@ import tempfile
 import threading
 import time
 
+from hermes_core.environments._poll import readable
 from hermes_core.exceptions import SandboxError
 
 AGENT = r"""
@@ -273,7 +273,7 @@ class BwrapSandbox:
             finally:
                 agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
                 os.close(info_w)
-            ready = select.select([host], [], [], _START_TIMEOUT)[0] and _recv(host)
+            ready = readable(host, _START_TIMEOUT) and _recv(host)
             if ready:
                 self._init_pid = _read_child_pid(info_r)
             if not ready:
@@ -409,7 +409,7 @@ def _read_child_pid(fd: int) -> int:
     data = b""
     deadline = time.monotonic() + 5
     while b"}" not in data and time.monotonic() < deadline:
-        if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+        if not readable(fd, deadline - time.monotonic()):
             break
         chunk = os.read(fd, 4096)
         if not chunk:

@@ -33,7 +33,6 @@ import logging
 import os
 import posixpath
 import secrets
-import select
 import struct
 import tarfile
 import threading
@@ -45,6 +44,7 @@ import docker.errors
 import requests
 
 from hermes_core.environments import ContainerSandbox, ExecResult
+from hermes_core.environments._poll import readable
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.local import _BoundedOutput
 from hermes_core.environments.sandbox_env import listed_environment
@@ -420,7 +420,7 @@ class DockerEnvironment(ContainerSandbox):
             else:
                 wait = min(_IDLE_CHECK, max(deadline - now, 0.0))
             pending = getattr(raw, "pending", None)
-            if not (pending and pending()) and not select.select([raw], [], [], wait)[0]:
+            if not (pending and pending()) and not readable(raw, wait):
                 if ended_at is not None:
                     break  # the command is gone and the stream is quiet
                 if (
