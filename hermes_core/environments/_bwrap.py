@@ -77,17 +77,21 @@ def reap():
         if ident is not None:
             sock.send(json.dumps({"id": ident, "rc": os.waitstatus_to_exitcode(status)}).encode())
 
+# poll, not select: the socket keeps the host's descriptor number, >= 1024 with hundreds of prompts
+poller = select.poll()
+poller.register(sock, select.POLLIN)
+poller.register(wake_r, select.POLLIN)
 try:
     sock.send(b'{"ready": true}')
     while True:
-        ready = select.select([sock, wake_r], [], [])[0]
+        ready = {fd for fd, _ in poller.poll()}
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
             reap()
-        if sock in ready:
+        if sock.fileno() in ready:
             fds = array.array("i")
             msg, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(2 * fds.itemsize))
             if not msg:
