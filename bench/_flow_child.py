@@ -8,7 +8,8 @@ the JSON object::
      "profile": null | "x.html" | "x.txt" (pyinstrument, main thread) | "x.prof" (cProfile, as text),
      "patches": [names],     # experiments on a private copy, see apply_patches
      "tracemalloc": path,    # snapshot of live Python allocations after the flow
-     "census": path}         # live objects by type after the flow
+     "census": path,         # live objects by type after the flow
+     "heartbeats": true}     # false: no flow-run heartbeats (as the command line with its own local API)
 
 Prints ``BENCH_RESULT {json}``: import seconds, the flow's wall and CPU seconds (this process, all
 threads, not its children), peak RSS (also when the merge starts: the prompt phase), final state.
@@ -47,6 +48,11 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _rss_now_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def _mark_prompt_phase_end() -> None:
     """Record the peak RSS reached when the merge starts: the peak of the prompt phase (bookkeeping only)."""
     import flows.generate as generate
@@ -68,6 +74,14 @@ def apply_patches(names: list[str]) -> None:
     * ``switch1ms``: ``sys.setswitchinterval(0.001)`` (the GIL is handed over after 1 ms, not 5).
     * ``ledger_nosync``: the ledger appends rows without fsync (an upper bound, not a proposal).
     * ``timeline``: record the start and end of every ``run_prompt`` and the flow dispatcher's steps.
+    * ``sdk_pool``: the model client with the OpenAI SDK's default connection pool (1,000
+      connections, 100 kept alive) instead of :data:`hermes_core.client.CONNECTION_LIMITS`.
+    * ``noheartbeat``: the flow run sends no heartbeats (:func:`flows.tuning.without_flow_heartbeats`,
+      what the command line does with its own local API); same as ``"heartbeats": false``.
+    * ``first_prompt``: record the seconds from the flow call and the peak RSS when the first prompt
+      starts, the RSS (now, not peak) after every ``HERMES_BENCH_RSS_EVERY`` (default 250) prompts, and
+      stop the run the way a user does (SIGTERM to this process) after ``HERMES_BENCH_STOP_AFTER``
+      prompts (unset: never): the set-up and the prompt phase of a large dataset without running it all.
 
     Experiments adopted by the product since (bench/ANALYSIS.md F2-F4: zlib results, raw
     ``client.post``, malloc arenas) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
@@ -103,7 +117,6 @@ def apply_patches(names: list[str]) -> None:
         prompt_mod.run_prompt = timed_run_prompt
         # time spent by the flow's dispatcher thread in each step of handling a completion
         from prefect.futures import PrefectConcurrentFuture
-        from prefect.tasks import Task
 
         import flows.progress as progress_mod
         from tasks.ledger import RunLedger
@@ -122,7 +135,6 @@ def apply_patches(names: list[str]) -> None:
 
             setattr(owner, attr, wrapper)
 
-        timing(Task, "submit", "task.submit")
         timing(RunLedger, "record_row", "ledger.record_row")
         timing(progress_mod.RunProgress, "record", "progress.record")
         timing(PrefectConcurrentFuture, "wait", "future.wait")
@@ -136,6 +148,43 @@ def apply_patches(names: list[str]) -> None:
         path = os.environ.get("HERMES_BENCH_TIMELINE", "timeline.json")
         _atexit.register(lambda: Path(path).write_text(json.dumps({"spans": spans, "steps": steps})))
 
+    if "sdk_pool" in names:
+        import openai._constants
+
+        import hermes_core.client as client_mod
+
+        client_mod.CONNECTION_LIMITS = openai._constants.DEFAULT_CONNECTION_LIMITS
+    if "first_prompt" in names:
+        import signal
+        import threading
+
+        import hermes_core.runner as runner_mod
+        import tasks.prompt as prompt_mod
+
+        inner_run = runner_mod.run_prompt
+        stop_after = int(os.environ.get("HERMES_BENCH_STOP_AFTER") or 0)
+        every = int(os.environ.get("HERMES_BENCH_RSS_EVERY") or 250)
+        lock = threading.Lock()
+        counts = {"done": 0}
+        _FINAL["rss_by_done_mb"] = {}
+
+        def first_prompt_run(*a, **kw):
+            with lock:
+                if "first_prompt_s" not in _FINAL:
+                    _FINAL["first_prompt_s"] = round(time.perf_counter() - _FINAL["flow_t0"], 3)
+                    _FINAL["peak_rss_first_prompt_mb"] = round(_peak_mb(), 1)
+            try:
+                return inner_run(*a, **kw)
+            finally:
+                with lock:
+                    counts["done"] += 1
+                    done = counts["done"]
+                if done % every == 0:
+                    _FINAL["rss_by_done_mb"][done] = round(_rss_now_mb(), 1)
+                if stop_after and done == stop_after:
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        prompt_mod.run_prompt = first_prompt_run
     if "pickle" in names:
         generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer="pickle")
     if "nocache" in names:
@@ -152,7 +201,8 @@ def main() -> None:
 
     import_s = time.perf_counter() - _T_START
     # patches also from the environment, for the parts that take no --experiments (e.g. memory)
-    apply_patches((spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(","))
+    patches = (spec.get("patches") or []) + os.environ.get("HERMES_BENCH_PATCHES", "").split(",")
+    apply_patches(patches)
     _mark_prompt_phase_end()
     config = BatchConfig.from_options(**spec["config"])
     profile = spec.get("profile")
@@ -174,7 +224,14 @@ def main() -> None:
 
         tracemalloc.start(8)
     cpu0, t0 = time.process_time(), time.perf_counter()
-    state = generate_trajectories(**config.options(), return_state=True)
+    _FINAL["flow_t0"] = t0
+    import contextlib
+
+    from flows.tuning import without_flow_heartbeats
+
+    heartbeats = spec.get("heartbeats", True) and "noheartbeat" not in patches
+    with contextlib.nullcontext() if heartbeats else without_flow_heartbeats():
+        state = generate_trajectories(**config.options(), return_state=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     census = spec.get("census")
     if census:  # live objects by type after the flow (what a longer run keeps per prompt)
@@ -218,6 +275,11 @@ def main() -> None:
             "cpu_before_flow_s": round(cpu0, 3),
             "peak_rss_mb": round(_peak_mb(), 1),
             "peak_rss_prompt_phase_mb": round(_FINAL.get("peak_rss_prompt_phase_mb", 0.0), 1),
+            **{
+                k: _FINAL[k]
+                for k in ("first_prompt_s", "peak_rss_first_prompt_mb", "rss_by_done_mb")
+                if k in _FINAL
+            },
             "state": state.type.value,
             "message": state.message,
         }

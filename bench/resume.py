@@ -7,12 +7,19 @@ prompt text, source), written by :class:`tasks.ledger.RunLedger` (``record_row``
 row; ``record_failure``; ``write_checkpoint``), with ``run.json`` from
 ``tasks.run_setup`` and ``trajectories.jsonl`` / ``statistics.json`` from
 ``tasks.postprocess``, so every file is byte-for-byte what a real run writes. The 1% case has
-100 seeded prompts with a failure line and no row (failed prompts are never cached).
-The folders are cached under ``$HERMES_BENCH_DIR/resume-cache`` and copied before each timing.
+1% of the prompts with a failure line and no row (failed prompts are never cached).
+Above :data:`CACHE_RECORDS_UP_TO` prompts the synthesis leaves out the per-prompt cache records (a
+resume never reads them when the ledger says a prompt is finished, and 10^6 small files would
+dominate the copies) and skips ``fsync`` (the bytes written are the same; only the synthesis's
+durability differs).
+The folders are cached under ``$HERMES_BENCH_DIR/resume-cache`` and copied before each timing
+(batch files and ``trajectories.jsonl``, which a resume never writes in place, as hard links).
 
 Timed: the real command line (``python batch_runner.py ... --resume``) as a subprocess
 against a real Prefect server, start to exit, plus the flow's own duration from ``run.json``;
-model requests are counted at the mock server's ``/stats``.
+model requests are counted at the mock server's ``/stats``, the command's peak RSS polled with
+psutil. With ``--first-prompt-only`` (used for 10^6) the 1% resume is timed to its first model
+request and then stopped as a user does (SIGTERM): running 10,000 prompts is not what is measured.
 
 Usage: ``python bench/resume.py [--n 10000] [--json out.json] [--profile]``.
 """
@@ -20,17 +27,21 @@ Usage: ``python bench/resume.py [--n 10000] [--json out.json] [--profile]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -45,6 +56,7 @@ BATCH_SIZE = 100
 SEED_N = 20
 RERUN_FRACTION = 0.01
 SERVER_ENV = PREFECT_SERVER_SETTINGS  # the settings the product recommends (flows/tuning.py)
+CACHE_RECORDS_UP_TO = 100_000
 
 
 IDENTITY_SOURCES = (
@@ -103,96 +115,133 @@ def seed_run(root: Path, dataset: Path, mock: MockModel, server: PrefectServer) 
     return out
 
 
-def synthesise(run_dir: Path, dataset: Path, seed_dir: Path, missing: set[int]) -> dict[str, Any]:
-    """Write a finished run of every record of ``dataset`` except ``missing`` (failed) ones.
+def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dict[str, dict[str, Any]]:
+    """Write, in one pass over ``dataset``, a finished run per ``{run_dir: missing}`` (``missing``: failed prompts).
 
-    Returns counts. Uses the product's ledger, run_setup and postprocess functions.
+    Returns counts per run folder name. Uses the product's ledger, run_setup and postprocess functions.
     """
     from flows.config import BatchConfig
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
     from tasks.dataset import read_dataset
     from tasks.ledger import RunLedger
     from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
-    from tasks.run_setup import finish_invocation, jobs_of, start_invocation
+    from tasks.run_setup import finish_invocation, iter_jobs, prompt_ids, start_invocation
 
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    config = BatchConfig.from_options(
-        dataset_file=str(dataset),
-        batch_size=BATCH_SIZE,
-        run_name=run_dir.name,
-        output_dir=str(run_dir.parent),
-        model=MODEL,
-        distribution=DIST,
-    )
     ds = read_dataset(dataset)
-    jobs = jobs_of(ds, config.settings_hash())
+    cache_records = len(ds) <= CACHE_RECORDS_UP_TO
     templates = []
     for path in sorted(seed_dir.glob("batch_*.jsonl")):
         templates += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     templates.sort(key=lambda r: r["prompt_index"])
     seed_cache = sorted((seed_dir / ".prefect-results").glob("hermes-prompt-*"))
-    cache_dir = run_dir / ".prefect-results"
-    cache_dir.mkdir()
-
     t0 = time.monotonic()
-    info = start_invocation(
-        run_dir, config.run_name, config.defining_settings(), config.settings_hash(), ds, "synthesised"
-    )
-    ledger = RunLedger.open(run_dir, config.run_name)
-    index_of = {j.prompt_id: j.prompt_index for j in jobs}
-    ledger.plan([(j.prompt_index, j.prompt_id) for j in jobs], BATCH_SIZE, index_of)
-    failed = []
-    for job in jobs:
-        if job.prompt_index in missing:
-            ledger.record_failure(job.prompt_id, job.prompt_index, "ModelError", "HTTP 503: synthesised", 2)
-            failed.append(job.prompt_id)
-            continue
-        template = templates[job.prompt_index % len(templates)]
-        row = copy.deepcopy(template)
-        old_prompt = row["conversations"][1]["value"]
-        row["prompt_index"] = job.prompt_index
-        row["conversations"][1]["value"] = job.prompt
-        for turn in row["conversations"][2:]:
-            turn["value"] = turn["value"].replace(old_prompt, job.prompt)
-        row["metadata"]["prompt_id"] = job.prompt_id
-        row["metadata"]["source"] = job.source
-        ledger.record_row(job.prompt_id, row)
-        # one cache record per finished prompt, as a real run leaves (never read: the ledger says finished)
-        src = seed_cache[job.prompt_index % len(seed_cache)]
-        shutil.copyfile(src, cache_dir / f"hermes-prompt-{job.prompt_id}")
-    ledger.write_checkpoint()
-    ledger.close()
-    merge = merge_trajectories(run_dir, index_of=index_of, valid_tools=ALL_POSSIBLE_TOOLS)
-    duration = time.monotonic() - t0
-    finish_invocation(info, duration_s=round(duration, 3), ran=len(jobs), failed=len(failed))
-    stats = compute_statistics(
-        run_dir,
-        merge=merge,
-        run_name=config.run_name,
-        distribution=config.distribution,
-        model=config.model,
-        batch_size=config.batch_size,
-        index_of=index_of,
-        duration_seconds=info.total_duration,
-        failed_prompt_ids=failed,
-        valid_tools=ALL_POSSIBLE_TOOLS,
-    )
-    write_json_atomic(run_dir / "statistics.json", stats)
-    size = sum(p.stat().st_size for p in run_dir.glob("batch_*.jsonl"))
-    return {"rows": merge.rows_written, "failed": len(failed), "batch_bytes": size}
+    open_runs = []
+    for run_dir, missing in runs.items():
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        config = BatchConfig.from_options(
+            dataset_file=str(dataset),
+            batch_size=BATCH_SIZE,
+            run_name=run_dir.name,
+            output_dir=str(run_dir.parent),
+            model=MODEL,
+            distribution=DIST,
+        )
+        (run_dir / ".prefect-results").mkdir()
+        info = start_invocation(
+            run_dir, config.run_name, config.defining_settings(), config.settings_hash(), ds, "synthesised"
+        )
+        ledger = RunLedger.open(run_dir, config.run_name)
+        ids = prompt_ids(ds, config.settings_hash())
+        index_of = {pid: i for i, pid in enumerate(ids)}
+        ledger.plan(list(enumerate(ids)), BATCH_SIZE, index_of)
+        open_runs.append((run_dir, missing, config, info, ledger, index_of, []))
+    settings_hash = open_runs[0][2].settings_hash()
+    real_fsync = os.fsync
+    if not cache_records:
+        os.fsync = lambda fd: None  # the synthesis only: the product's writes are unchanged
+    try:
+        for job in iter_jobs(ds, settings_hash):
+            template = templates[job.prompt_index % len(templates)]
+            row = copy.deepcopy(template)
+            old_prompt = row["conversations"][1]["value"]
+            row["prompt_index"] = job.prompt_index
+            row["conversations"][1]["value"] = job.prompt
+            for turn in row["conversations"][2:]:
+                turn["value"] = turn["value"].replace(old_prompt, job.prompt)
+            row["metadata"]["prompt_id"] = job.prompt_id
+            row["metadata"]["source"] = job.source
+            for run_dir, missing, _config, _info, ledger, _index_of, failed in open_runs:
+                if job.prompt_index in missing:
+                    ledger.record_failure(
+                        job.prompt_id, job.prompt_index, "ModelError", "HTTP 503: synthesised", 2
+                    )
+                    failed.append(job.prompt_id)
+                    continue
+                ledger.record_row(job.prompt_id, copy.copy(row) | {"metadata": dict(row["metadata"])})
+                if cache_records:  # one cache record per finished prompt, as a real run leaves (never read)
+                    src = seed_cache[job.prompt_index % len(seed_cache)]
+                    shutil.copyfile(src, run_dir / ".prefect-results" / f"hermes-prompt-{job.prompt_id}")
+    finally:
+        os.fsync = real_fsync
+    counts = {}
+    for run_dir, _missing, config, info, ledger, index_of, failed in open_runs:
+        ledger.write_checkpoint()
+        ledger.close()
+        merge = merge_trajectories(run_dir, index_of=index_of, valid_tools=ALL_POSSIBLE_TOOLS)
+        duration = time.monotonic() - t0
+        finish_invocation(info, duration_s=round(duration, 3), ran=len(index_of), failed=len(failed))
+        stats = compute_statistics(
+            run_dir,
+            merge=merge,
+            run_name=config.run_name,
+            distribution=config.distribution,
+            model=config.model,
+            batch_size=config.batch_size,
+            index_of=index_of,
+            duration_seconds=info.total_duration,
+            failed_prompt_ids=failed,
+            valid_tools=ALL_POSSIBLE_TOOLS,
+        )
+        write_json_atomic(run_dir / "statistics.json", stats)
+        size = sum(p.stat().st_size for p in run_dir.glob("batch_*.jsonl"))
+        counts[run_dir.name] = {"rows": merge.rows_written, "failed": len(failed), "batch_bytes": size}
+    return counts
+
+
+def _copy_run(cached: Path, run_dir: Path) -> None:
+    """Copy a cached run folder; batch files and the merged file (never written in place) as hard links."""
+
+    def link_or_copy(src: str, dst: str) -> None:
+        name = os.path.basename(src)
+        if name.startswith("batch_") or name == "trajectories.jsonl":
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(cached, run_dir, copy_function=link_or_copy)
 
 
 def timed_resume(
-    name: str, cached: Path, root: Path, dataset: Path, mock: MockModel, server: PrefectServer, workers: int
+    name: str,
+    cached: Path,
+    root: Path,
+    dataset: Path,
+    mock: MockModel,
+    server: PrefectServer,
+    workers: int,
+    first_prompt_only: bool = False,
 ) -> dict[str, Any]:
-    """Copy ``cached`` to a fresh run folder and time the real CLI with ``--resume`` on it."""
+    """Copy ``cached`` to a fresh run folder and time the real CLI with ``--resume`` on it.
+
+    With ``first_prompt_only`` the command is stopped (SIGTERM) at its first model request.
+    """
     runs = root / "runs"
     run_dir = runs / cached.name
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    shutil.copytree(cached, run_dir)
+    _copy_run(cached, run_dir)
     mock.reset()
     env = {
         **os.environ,
@@ -203,16 +252,26 @@ def timed_resume(
         "COLUMNS": "160",
     }
     args = cli_args(dataset, cached.name, runs, mock.base_url, workers) + ["--resume"]
+    log_path = root / f"{name}.log"
+    first_request_s = None
+    peak_rss = 0.0
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "batch_runner.py"), *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "batch_runner.py"), *args], cwd=root, env=env, stdout=out, stderr=out
+        )
+        ps = psutil.Process(proc.pid)
+        polls = 0
+        while proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                peak_rss = max(peak_rss, ps.memory_info().rss / 2**20)
+            polls += 1
+            if first_request_s is None and polls % 5 == 0 and mock.requests() > 0:
+                first_request_s = round(time.perf_counter() - t0, 2)
+                if first_prompt_only:
+                    proc.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
     wall = time.perf_counter() - t0
-    (root / f"{name}.log").write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
     run_info = json.loads((run_dir / "run.json").read_text())
     last = run_info["invocations"][-1]
     stats = json.loads((run_dir / "statistics.json").read_text())
@@ -222,6 +281,9 @@ def timed_resume(
         "flow_duration_s": last.get("duration_s"),
         "ran": last.get("ran"),
         "model_requests": mock.requests(),
+        "first_model_request_s": first_request_s,
+        "stopped_at_first_request": first_prompt_only,
+        "cli_peak_rss_mb": round(peak_rss, 1),
         "completed_after": stats["completed"],
     }
 
@@ -231,7 +293,7 @@ def profile_resume(cached: Path, root: Path, dataset: Path, mock: MockModel, ser
     run_dir = root / "runs" / cached.name
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    shutil.copytree(cached, run_dir)
+    _copy_run(cached, run_dir)
     config = {
         "dataset_file": str(dataset),
         "batch_size": BATCH_SIZE,
@@ -261,6 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--profile", action="store_true", help="also profile the do-nothing resume's flow (pyinstrument)"
     )
+    p.add_argument(
+        "--first-prompt-only",
+        action="store_true",
+        help="time the 1%% resume to its first model request, then stop it (for large --n)",
+    )
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
     root = WORK / "resume"
@@ -278,13 +345,18 @@ def main(argv: list[str] | None = None) -> int:
             write_prompts(dataset, args.n)
             log(f"seed run of {SEED_N} prompts")
             seed = seed_run(cache, dataset, mock, server)
-            log(f"synthesising the finished run of {args.n} prompts")
+            log(f"synthesising the finished run of {args.n} prompts and the one with {len(rerun)} failed")
             t0 = time.monotonic()
-            full = synthesise(cache / f"finished{args.n}", dataset, seed, set())
-            log(f"synthesising the run with {len(rerun)} failed prompts")
-            partial = synthesise(cache / f"onepct{args.n}", dataset, seed, rerun)
+            built = synthesise(
+                {cache / f"finished{args.n}": set(), cache / f"onepct{args.n}": rerun}, dataset, seed
+            )
             save_json(
-                done_marker, {"finished": full, "one_percent": partial, "build_s": time.monotonic() - t0}
+                done_marker,
+                {
+                    "finished": built[f"finished{args.n}"],
+                    "one_percent": built[f"onepct{args.n}"],
+                    "build_s": time.monotonic() - t0,
+                },
             )
         built = json.loads(done_marker.read_text())
         figures["run_size_mb"] = round(built["finished"]["batch_bytes"] / 2**20, 1)
@@ -295,7 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         log(json.dumps(figures["resume_nothing"]))
         log("resume with 1% to re-run")
         figures["resume_one_percent"] = timed_resume(
-            "resume-1pct", cache / f"onepct{args.n}", root, dataset, mock, server, args.workers
+            "resume-1pct",
+            cache / f"onepct{args.n}",
+            root,
+            dataset,
+            mock,
+            server,
+            args.workers,
+            first_prompt_only=args.first_prompt_only,
         )
         log(json.dumps(figures["resume_one_percent"]))
         if args.profile:
@@ -307,12 +386,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"--resume, nothing to do: {a['cli_wall_s']} s command line start to exit "
-        f"(flow {a['flow_duration_s']} s), {a['model_requests']} model requests, exit {a['exit_code']}"
+        f"(flow {a['flow_duration_s']} s), {a['model_requests']} model requests, exit {a['exit_code']}, "
+        f"peak RSS {a['cli_peak_rss_mb']} MB"
     )
     print(
         f"--resume, {len(rerun)} to re-run (1%, {args.workers} workers, 3 x 1 s calls each): {b['cli_wall_s']} s "
-        f"(flow {b['flow_duration_s']} s), {b['model_requests']} model requests, ran {b['ran']}, exit {b['exit_code']}"
+        f"(flow {b['flow_duration_s']} s), {b['model_requests']} model requests, ran {b['ran']}, exit {b['exit_code']}, "
+        f"first model request at {b['first_model_request_s']} s"
+        f"{' (then stopped)' if b['stopped_at_first_request'] else ''}, peak RSS {b['cli_peak_rss_mb']} MB"
     )
+    print(f"load average at the end: {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         save_json(Path(args.json), figures)
     return 0

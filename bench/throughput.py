@@ -77,6 +77,7 @@ class Bench:
         patches: list[str] | None = None,
         child_env: dict[str, str] | None = None,
         tracemalloc: str | None = None,
+        options: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One run of the real flow (bench/_flow_child.py); returns its figures.
 
@@ -95,6 +96,7 @@ class Bench:
             "base_url": self.mock.base_url,
             "num_workers": workers,
             "output_dir": str(self.root / "runs"),
+            **(options or {}),
         }
         child_spec = {
             "config": config,
@@ -337,10 +339,12 @@ def experiments(bench: Bench, spec: str, w: int, per_worker: int, latency_ms: in
     rows = []
     for variant in ["as-is=", *spec.split(";")]:
         name, _, body = variant.partition("=")
-        patches, env = [], {}
+        patches, env, options = [], {}, {}
         for item in filter(None, body.split("+")):
             key, eq, value = item.partition("=")
-            if eq:
+            if key.startswith("option."):  # a flow option, e.g. option.task_runner=dask
+                options[key.removeprefix("option.")] = int(value) if value.isdigit() else value
+            elif eq:
                 env[key] = value
             else:
                 patches.append(key)
@@ -354,6 +358,7 @@ def experiments(bench: Bench, spec: str, w: int, per_worker: int, latency_ms: in
             model=model,
             patches=patches,
             child_env=env,
+            options=options,
         )
         r["variant"] = name
         rows.append(r)
@@ -411,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--experiments",
         default=None,
-        help="semicolon list of NAME=patch+patch|ENV=VALUE+... variants to compare at the first W "
-        "(see bench/_flow_child.py apply_patches), e.g. 'pickle=pickle;nolog=PREFECT_LOGGING_TO_API_ENABLED=false'",
+        help="semicolon list of NAME=patch+patch|ENV=VALUE|option.NAME=VALUE+... variants to compare at the first W "
+        "(see bench/_flow_child.py apply_patches; option.* are flow options), e.g. "
+        "'pickle=pickle;nolog=PREFECT_LOGGING_TO_API_ENABLED=false;dask=option.task_runner=dask+option.dask_workers=2'",
     )
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)

@@ -21,6 +21,7 @@ saved, ``--resume`` continues).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -197,7 +198,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
 
     try:
         dataset = read_dataset(
-            config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid
+            config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
         )
     except DatasetError as exc:
         raise CliError(str(exc)) from None
@@ -254,7 +255,7 @@ def run_batch(argv: list[str]) -> int:
         provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
     api = _prefect_local_api()
     try:
-        return _run_flow(config)
+        return _run_flow(config, heartbeats=api is None)
     finally:
         if api is not None:
             _drain_prefect_workers()
@@ -273,16 +274,24 @@ def _drain_prefect_workers(timeout: float = 5.0) -> None:
             pass
 
 
-def _run_flow(config: Any) -> int:
-    """Run the flow in this process with the live progress display; print the summary; the exit code."""
+def _run_flow(config: Any, heartbeats: bool = True) -> int:
+    """Run the flow in this process with the live progress display; print the summary; the exit code.
+
+    ``heartbeats`` False: no flow-run heartbeats (:func:`flows.tuning.without_flow_heartbeats`),
+    for the local API the command line started itself.
+    """
     if config.verbose:
         import logging
 
         logging.getLogger("hermes_core").setLevel(logging.DEBUG)
     from flows.console import LiveProgress, print_summary
     from flows.generate import generate_trajectories
+    from flows.tuning import without_flow_heartbeats
 
-    with LiveProgress(verbose=config.verbose):
+    with (
+        LiveProgress(verbose=config.verbose),
+        contextlib.nullcontext() if heartbeats else without_flow_heartbeats(),
+    ):
         state = generate_trajectories(**config.options(), return_state=True)
     print_summary(config, state)
     if state.name == BUDGET_REACHED:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,14 @@ from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from tasks.prompt import retry_condition, run_prompt_task, settle_failed_usage
-from tasks.run_setup import check_run_dir, finish_invocation, jobs_of, start_invocation
+from tasks.run_setup import check_run_dir, finish_invocation, iter_jobs, prompt_ids, start_invocation
 
 
 @task(name="read-dataset", persist_result=False)
 def read_dataset_task(config: BatchConfig) -> Dataset:
     """Read and validate the JSONL dataset (line-numbered errors; ``skip_invalid`` skips them)."""
     dataset = read_dataset(
-        config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid
+        config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
     )
     for line, reason in dataset.invalid:
         get_run_logger().warning("skipped invalid line %s of %s: %s", line, config.dataset_file, reason)
@@ -119,7 +120,7 @@ def _generate_trajectories(**options: Any) -> State:
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
         )
         dataset = read_dataset_task(config)
-        jobs = jobs_of(dataset, config.settings_hash())
+        ids = prompt_ids(dataset, config.settings_hash())  # records stay on disk until their prompt starts
         info = start_invocation(
             run_dir, config.run_name, config.defining_settings(), config.settings_hash(), dataset, flow_run.id
         )
@@ -127,21 +128,23 @@ def _generate_trajectories(**options: Any) -> State:
         if ledger.torn_bytes:
             logger.warning("repaired a torn last line (%d bytes) left by a killed run", ledger.torn_bytes)
         finished = ledger.finished
-        drawn = pilot_run.draw(jobs, config.pilot, config.seed) if config.pilot else jobs
-        pending = [job for job in drawn if job.prompt_id not in finished]
-        index_of = {job.prompt_id: job.prompt_index for job in jobs}
-        done_before = len(jobs) - len(pending)
-        ledger.plan([(j.prompt_index, j.prompt_id) for j in pending], config.batch_size, index_of)
+        everyone = range(len(ids))
+        drawn = pilot_run.draw(everyone, config.pilot, config.seed) if config.pilot else everyone
+        pending = [index for index in drawn if ids[index] not in finished]
+        del finished
+        index_of = {pid: index for index, pid in enumerate(ids)}
+        done_before = len(ids) - len(pending)
+        ledger.plan([(index, ids[index]) for index in pending], config.batch_size, index_of)
         # docker: reap leftovers, check images
         backend = resolve_backend(config.terminal_env, HermesSettings())
-        pending, image_failed = prepare_sandboxes(info.run_id, pending, backend, ledger)
+        pending, image_failed = prepare_sandboxes(info.run_id, pending, dataset, ids, backend, ledger)
         isolation = isolation_warning(backend, HermesSettings())
         if isolation:
             logger.warning("%s", isolation)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
         start_line = (
-            f"run {config.run_name}: {len(jobs)} prompts, {done_before} already finished, "
+            f"run {config.run_name}: {len(ids)} prompts, {done_before} already finished, "
             f"{len(pending)} to run with {config.num_workers} workers"
         )
         logger.info("%s", start_line)
@@ -152,9 +155,10 @@ def _generate_trajectories(**options: Any) -> State:
             else None  # each Dask worker process has its own
         )
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
-        progress.meter = _meter(config, budget, limiter, total=len(jobs))
+        progress.meter = _meter(config, budget, limiter, total=len(ids))
         progress.open(line=start_line)
-        failed = image_failed + _run_prompts(config, pending, ledger, progress, stop, info.run_id, budget)
+        jobs = iter_jobs(dataset, config.settings_hash(), pending)  # in prompt order, read one at a time
+        failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
         ledger.write_checkpoint()
         ledger.close()
         if stop.requested:
@@ -169,7 +173,7 @@ def _generate_trajectories(**options: Any) -> State:
             finished_now = len(ledger.finished & index_of.keys())
             message = (
                 f"stopped ({stop.reason}): {progress.done} prompts finished in this flow run, "
-                f"{finished_now} of {len(jobs)} in the run; run it again with --resume to continue"
+                f"{finished_now} of {len(ids)} in the run; run it again with --resume to continue"
             )
             logger.warning("%s", message)
             return Cancelled(message=message)
@@ -196,14 +200,16 @@ def _generate_trajectories(**options: Any) -> State:
             f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed · {meter_text(progress.figures())}"
         )
         if config.pilot:
-            report = pilot_run.report(config, drawn, run_dir, total_prompts=len(jobs), wall_s=duration)
+            report = pilot_run.report(
+                config, [ids[i] for i in drawn], run_dir, total_prompts=len(ids), wall_s=duration
+            )
             write_json_atomic(run_dir / "pilot.json", {**report, "flow_run_id": str(flow_run.id)})
             create_markdown_artifact(
                 markdown=pilot_run.markdown(report), key=artifact_key(config.run_name, "pilot")
             )
             logger.info("%s", pilot_run.summary_line(report))
         if budget.reached:
-            message = budget.message(len(ledger.finished & index_of.keys()), len(jobs))
+            message = budget.message(len(ledger.finished & index_of.keys()), len(ids))
             logger.warning("%s", message)
             return Failed(name="BudgetReached", message=message)
         if config.pilot:
@@ -212,7 +218,7 @@ def _generate_trajectories(**options: Any) -> State:
     if failed:
         return Failed(
             message=(
-                f"{len(failed)} of {len(jobs)} prompts failed (see {run_dir / 'failures.jsonl'}); "
+                f"{len(failed)} of {len(ids)} prompts failed (see {run_dir / 'failures.jsonl'}); "
                 "every other output is written. A retry of this flow run re-attempts only the failed prompts."
             )
         )
@@ -265,7 +271,7 @@ def prompt_task_runner(config: BatchConfig):
 
 def _run_prompts(
     config: BatchConfig,
-    pending: list[PromptJob],
+    pending: Iterable[PromptJob],
     ledger: RunLedger,
     progress: RunProgress,
     stop: RunStop,
@@ -307,7 +313,7 @@ def _sliding_window(
     )
     spec = config.run_spec().model_copy(update={"run_id": run_id})
     done: queue.SimpleQueue = queue.SimpleQueue()
-    queued = iter(sorted(pending, key=lambda j: j.prompt_index))
+    queued = iter(pending)  # in prompt order, each record read from the dataset when it is submitted
     in_flight = 0
     failed: list[dict[str, Any]] = []
     give_up_at: float | None = None

@@ -23,20 +23,23 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from hermes_core.runner import PromptJob
 from tasks.ledger import BATCH_RE, row_prompt_id
 from tasks.spend import Spend
 
+T = TypeVar("T")
 
-def draw(jobs: list[PromptJob], n: int, seed: int) -> list[PromptJob]:
-    """``n`` jobs (all when fewer) drawn without replacement with ``random.Random(seed)``, in dataset order."""
-    if n >= len(jobs):
-        return list(jobs)
-    picked = random.Random(seed).sample(range(len(jobs)), n)
-    return [jobs[i] for i in sorted(picked)]
+
+def draw(items: Sequence[T], n: int, seed: int) -> list[T]:
+    """``n`` items (all when fewer; e.g. prompt indices) drawn without replacement with
+    ``random.Random(seed)``, in dataset order."""
+    if n >= len(items):
+        return list(items)
+    picked = random.Random(seed).sample(range(len(items)), n)
+    return [items[i] for i in sorted(picked)]
 
 
 def _p90(values: list[float]) -> float:
@@ -50,13 +53,13 @@ def _stat(values: list[float], digits: int = 6) -> dict[str, float] | None:
     return {"mean": round(sum(values) / len(values), digits), "p90": round(_p90(values), digits)}
 
 
-def report(config: Any, drawn: list[PromptJob], run_dir: Path, *, total_prompts: int, wall_s: float) -> dict:
+def report(config: Any, drawn: Collection[str], run_dir: Path, *, total_prompts: int, wall_s: float) -> dict:
     """``pilot.json`` of the drawn prompts, read from the run's ledger (see the module docstring).
 
     Reads only the ledger lines of the drawn prompts (rows by their ``prompt_id``, tombstones,
     failures), so a pilot that was resumed reports every drawn prompt that finished.
     """
-    wanted = {job.prompt_id for job in drawn}
+    wanted = set(drawn)  # the drawn prompts' ids
     rows: dict[str, dict] = {}
     for path in sorted(p for p in Path(run_dir).iterdir() if BATCH_RE.match(p.name)):
         with open(path, "rb") as fh:

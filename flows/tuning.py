@@ -5,9 +5,11 @@ Each is a default only: a value the user has set wins.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
+from collections.abc import Iterator
 
 PREFECT_SERVER_SETTINGS: dict[str, str] = {
     # Prefect's default, 1, makes the task-run recorder write every task-run event with its own
@@ -54,3 +56,20 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENA_MAX) -> bool:
     except (OSError, AttributeError):  # not glibc (e.g. musl)
         return False
     return bool(mallopt(_M_ARENA_MAX, arenas))
+
+
+@contextlib.contextmanager
+def without_flow_heartbeats() -> Iterator[None]:
+    """Flow runs started inside this block send no flow-run heartbeats (Prefect's setting set to None).
+
+    Prefect's heartbeat thread sleeps in 1 s steps and the engine joins it when the flow ends,
+    so every flow run pays up to 1 s (0.5 s on average) at its end, 2-3.5% of a 30 s run
+    (bench/ANALYSIS.md). Heartbeats let a Prefect server detect a crashed flow run; the command
+    line turns them off only for the local API it starts itself, which stops with the command
+    (nothing is left to watch them). ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` cannot say None from
+    the environment (it must be >= 30), hence this code-level setting.
+    """
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+
+    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        yield

@@ -184,6 +184,13 @@ _clients: dict[tuple[str, str, float], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
 
+CONNECTION_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=5.0)
+"""Connections of the process's model client: as many as there are prompts in flight. The SDK's
+default (1,000 connections, 100 kept alive) made requests beyond the 1,000th wait a whole call
+for a free connection at W = 1,024 and re-opened a connection for most requests above W = 100
+(bench/ANALYSIS.md); the number of prompts running (``num_workers``) bounds the connections."""
+
+
 class ModelClient:
     """Chat Completions client for one run; safe to share between threads.
 
@@ -219,7 +226,11 @@ class ModelClient:
         with _clients_lock:
             if cache_key not in _clients:
                 _clients[cache_key] = openai.OpenAI(
-                    base_url=base_url, api_key=key, timeout=timeout, max_retries=0
+                    base_url=base_url,
+                    api_key=key,
+                    timeout=timeout,
+                    max_retries=0,
+                    http_client=openai.DefaultHttpxClient(timeout=timeout, limits=CONNECTION_LIMITS),
                 )
             self._client = _clients[cache_key]
         self._extra_body = options.extra_body()

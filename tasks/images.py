@@ -11,22 +11,22 @@ from prefect import get_run_logger, task
 
 from hermes_core.environments import container_image
 from hermes_core.environments.docker_engine import check_images, reap_run_containers
-from hermes_core.runner import PromptJob
 from hermes_core.settings import HermesSettings
+from tasks.dataset import Dataset
 from tasks.ledger import RunLedger
 
 CONTAINER_BACKENDS = frozenset({"docker"})
 """Backends whose images are checked before the run (singularity and modal fetch images themselves)."""
 
 
-def image_of(job: PromptJob, settings: HermesSettings) -> str:
+def image_of(image: str | None, settings: HermesSettings) -> str:
     """The image a prompt runs in (:func:`hermes_core.environments.container_image`)."""
-    return container_image(job.image, settings)
+    return container_image(image, settings)
 
 
 @task(name="prepare-sandboxes", persist_result=False)
-def prepare_sandboxes_task(run_id: str, jobs: list[PromptJob], backend: str) -> dict[str, str]:
-    """Reap the run's leftover containers (labelled with the run folder's id) and check the images of ``jobs``.
+def prepare_sandboxes_task(run_id: str, images: list[str], backend: str) -> dict[str, str]:
+    """Reap the run's leftover containers (labelled with the run folder's id) and check ``images``.
 
     Returns:
         ``{image: reason}`` for images that cannot be used (their prompts must fail); empty
@@ -42,7 +42,6 @@ def prepare_sandboxes_task(run_id: str, jobs: list[PromptJob], backend: str) -> 
     removed = reap_run_containers(run_id)
     if removed:
         logger.warning("removed %d container(s) left by an earlier invocation of this run", len(removed))
-    images = sorted({image_of(job, settings) for job in jobs})
     problems = check_images(images, settings)
     for reason in problems.values():
         logger.error("%s", reason)
@@ -51,30 +50,38 @@ def prepare_sandboxes_task(run_id: str, jobs: list[PromptJob], backend: str) -> 
 
 
 def prepare_sandboxes(
-    run_id: str, pending: list[PromptJob], backend: str, ledger: RunLedger
-) -> tuple[list[PromptJob], list[dict]]:
+    run_id: str, pending: list[int], dataset: Dataset, ids: list[str], backend: str, ledger: RunLedger
+) -> tuple[list[int], list[dict]]:
     """Flow step: run :func:`prepare_sandboxes_task`, fail the prompts whose image is unavailable.
+
+    Args:
+        pending: prompt_index of each prompt to run.
+        dataset: the run's dataset (the records' images are in its index: no record is read).
+        ids: prompt_id of every record, by prompt_index.
 
     Each such prompt gets a ``failures.jsonl`` line (error type ``ImageUnavailable``, the
     message naming the image, ``attempts`` 0: nothing was sent to the model).
 
     Returns:
-        (the prompts still to run, the failure lines written here).
+        (the prompt_index of each prompt still to run, the failure lines written here).
 
     Raises:
         EngineUnavailable: the Docker engine cannot be reached (the run must not start).
     """
-    problems = prepare_sandboxes_task(run_id, pending, backend)
+    settings = HermesSettings()
+    images = (
+        sorted({image_of(dataset.image(i), settings) for i in pending})
+        if backend in CONTAINER_BACKENDS
+        else []
+    )
+    problems = prepare_sandboxes_task(run_id, images, backend)
     if not problems:
         return pending, []
-    settings = HermesSettings()
     runnable, failed = [], []
-    for job in pending:
-        reason = problems.get(image_of(job, settings))
+    for index in pending:
+        reason = problems.get(image_of(dataset.image(index), settings))
         if reason is None:
-            runnable.append(job)
+            runnable.append(index)
         else:
-            failed.append(
-                ledger.record_failure(job.prompt_id, job.prompt_index, "ImageUnavailable", reason, attempts=0)
-            )
+            failed.append(ledger.record_failure(ids[index], index, "ImageUnavailable", reason, attempts=0))
     return runnable, failed

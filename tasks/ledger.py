@@ -15,7 +15,12 @@ Files under ``data/<run_name>/``:
 * ``spend.json`` - the usage of every line above, summed per file (:mod:`tasks.spend`), saved
   with every checkpoint: the run's spend without re-reading the run.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
-  rewritten atomically after every batch.
+  rewritten atomically when a batch finishes (at most every :data:`CHECKPOINT_INTERVAL` seconds:
+  it lists every finished prompt, so each write costs O(run size)) and when the ledger closes.
+* ``.ledger-index.jsonl`` - one line per closed batch file: its name, size, modification time
+  and the prompt ids of its rows, so opening the ledger of a large run reads this file instead of
+  every row. A batch file without a matching line (changed, or written by a killed invocation)
+  is scanned as before; the line is then added.
 
 The ledger is written by the flow only (one writer, guarded by :class:`RunLock`).
 Writes are idempotent by prompt identity: recording a prompt that is already
@@ -29,6 +34,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +46,9 @@ from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
 from tasks.spend import SpendTally
 
 BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
+INDEX_FILE = ".ledger-index.jsonl"
+CHECKPOINT_INTERVAL = 5.0
+"""Seconds between two checkpoint writes while prompts run (the last one is written at close)."""
 # json.dumps escapes every quote inside a string, so this sequence only matches a real key.
 _PROMPT_ID_KEY = b'"prompt_id": "'
 
@@ -115,8 +124,10 @@ class RunLedger:
     spend: SpendTally | None = None
     _batches: dict[int, BatchState] = field(default_factory=dict)
     _assigned: dict[str, int] = field(default_factory=dict)
-    _index_of: dict[str, int] = field(default_factory=dict)
+    _index_of: Mapping[str, int] = field(default_factory=dict)
     _handles: dict[int, Any] = field(default_factory=dict)
+    _written: dict[int, list[str]] = field(default_factory=dict)  # ids of rows in open batch files
+    _checkpoint_at: float | None = None  # monotonic time of the last checkpoint write
 
     @classmethod
     def open(cls, run_dir: Path, run_name: str) -> RunLedger:
@@ -126,6 +137,7 @@ class RunLedger:
         ledger = cls(run_dir=run_dir, run_name=run_name)
         highest = -1
         rows_in: dict[int, int] = {}
+        indexed = _read_index(run_dir / INDEX_FILE)
         for path in sorted(run_dir.iterdir()):
             match = BATCH_RE.match(path.name)
             if not match:
@@ -133,12 +145,15 @@ class RunLedger:
             number = int(match.group(1))
             highest = max(highest, number)
             ledger.torn_bytes += repair_torn_tail(path)
-            with open(path, "rb") as fh:
-                for line in fh:
-                    found = row_prompt_id(line)
-                    if found:
-                        ledger.rows.setdefault(found, number)
-                        rows_in[number] = rows_in.get(number, 0) + 1
+            ids = indexed.get((path.name, *_signature(path)))
+            if ids is None:
+                with open(path, "rb") as fh:
+                    ids = [found for found in map(row_prompt_id, fh) if found]
+                ledger._add_to_index(path, ids)
+            for found in ids:
+                ledger.rows.setdefault(found, number)
+            if ids:
+                rows_in[number] = len(ids)
         for name in ("discarded.jsonl", "failures.jsonl", "cancelled.jsonl"):
             ledger.torn_bytes += repair_torn_tail(run_dir / name)
         discards_in: dict[int, int] = {}
@@ -176,12 +191,12 @@ class RunLedger:
         Args:
             pending: (prompt_index, prompt_id) of prompts to run, in any order.
             batch_size: prompts per batch.
-            index_of: prompt_id -> prompt_index of the current dataset (for the checkpoint).
+            index_of: prompt_id -> prompt_index of the current dataset (for the checkpoint; kept, not copied).
 
         Returns:
             prompt_id -> batch number (numbers start after every existing batch).
         """
-        self._index_of = dict(index_of)
+        self._index_of = index_of  # not copied (10^6 prompts: ~40 MB); the caller does not change it
         ordered = sorted(pending)
         for start in range(0, len(ordered), batch_size):
             number = self.next_batch
@@ -200,6 +215,7 @@ class RunLedger:
         row["metadata"]["batch_num"] = number
         append_jsonl(self._handle(number), row)
         self._spent(f"batch_{number}.jsonl", row["metadata"].get("usage"))
+        self._written.setdefault(number, []).append(prompt_id)
         self.rows[prompt_id] = number
         self._resolve(prompt_id, "processed")
         return True
@@ -259,6 +275,7 @@ class RunLedger:
 
     def write_checkpoint(self) -> None:
         """Rewrite ``checkpoint.json`` (and ``spend.json``) atomically from the current state."""
+        self._checkpoint_at = time.monotonic()
         if self.spend is not None:
             self.spend.save()
         finished = self.finished
@@ -274,10 +291,23 @@ class RunLedger:
         )
 
     def close(self) -> None:
-        """Close the open batch files."""
-        for fh in self._handles.values():
-            fh.close()
-        self._handles.clear()
+        """Close the open batch files (each gets its line in the index)."""
+        for number in list(self._handles):
+            self._close_batch(number)
+
+    def _close_batch(self, number: int) -> None:
+        handle = self._handles.pop(number, None)
+        if handle is None:
+            return
+        handle.close()
+        self._add_to_index(Path(handle.name), self._written.pop(number, []))
+
+    def _add_to_index(self, path: Path, ids: list[str]) -> None:
+        """Append the index line of a closed batch file (no fsync: a lost line only means a rescan)."""
+        size, mtime_ns = _signature(path)
+        line = {"file": path.name, "size": size, "mtime_ns": mtime_ns, "ids": ids}
+        with open(self.run_dir / INDEX_FILE, "ab") as fh:
+            fh.write((json.dumps(line) + "\n").encode())
 
     def _resolve(self, prompt_id: str, counter: str) -> None:
         number = self._assigned.get(prompt_id)
@@ -292,10 +322,9 @@ class RunLedger:
             "discarded_no_reasoning": batch.discarded_no_reasoning,
         }
         if batch.done:
-            self.write_checkpoint()
-            handle = self._handles.pop(number, None)
-            if handle:
-                handle.close()
+            self._close_batch(number)
+            if self._checkpoint_at is None or time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
+                self.write_checkpoint()
 
     def _spent(self, file_name: str, usage: dict[str, Any] | None) -> None:
         if self.spend is not None:
@@ -328,6 +357,27 @@ def row_prompt_id(line: bytes) -> str | None:
                 return value.decode()
         start = line.find(_PROMPT_ID_KEY, start + 1)
     return None
+
+
+def _signature(path: Path) -> tuple[int, int]:
+    """(size, modification time in ns) of a file: a batch file's index line is valid while both match."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_index(path: Path) -> dict[tuple[str, int, int], list[str]]:
+    """``(file name, size, mtime_ns) -> prompt ids`` from the index; unreadable lines are ignored."""
+    found: dict[tuple[str, int, int], list[str]] = {}
+    if not path.exists():
+        return found
+    with open(path, "rb") as fh:
+        for line in fh:
+            try:
+                entry = json.loads(line)
+                found[(entry["file"], entry["size"], entry["mtime_ns"])] = entry["ids"]
+            except (ValueError, KeyError, TypeError):
+                continue
+    return found
 
 
 def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:

@@ -4,10 +4,18 @@ Pure Python + polars, no Prefect: the flow wraps these functions in tasks. Both 
 the merge keeps only a small index entry per row (batch file, byte offset, length, target index)
 and copies rows by offset in a second pass; the statistics decode only the needed fields with
 polars' NDJSON reader in streaming mode.
+
+Both remember what they computed in ``.merge-state.<merged file>.json`` (additive, next to the
+outputs): the merge's inputs (every batch file's name, size and modification time, a digest of
+``index_of``, the valid tools), the merged file's size and time, the merge counts and the
+statistics' row sums. A merge whose inputs and output are unchanged is not done again, and the
+statistics of an unchanged merged file are not read again: a ``--resume`` of a finished run of
+10^6 prompts would otherwise re-read tens of GB (bench/resume.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -108,6 +116,11 @@ def merge_trajectories(
     run_dir = Path(run_dir)
     tools = frozenset(valid_tools)
     files = batch_files(run_dir)
+    out_path = run_dir / out_name
+    inputs = _merge_inputs(files, index_of, tools)
+    state = _read_state(out_path)
+    if state.get("inputs") == inputs and state.get("output") == _signature(out_path):
+        return MergeResult(**state["merge"], path=out_path)  # same inputs, same output: nothing to do
     entries: list[_Entry] = []
     seen: set[Any] = set()
     duplicates = hallucinated = orphaned = torn = 0
@@ -148,7 +161,6 @@ def merge_trajectories(
             entries.append(_Entry(index, file_no, offset, len(raw), rewrite))
 
     entries.sort()
-    out_path = run_dir / out_name
     with _FilePool(files) as pool, atomic_writer(out_path) as out:
         for entry in entries:
             raw = pool.read(entry.file_no, entry.offset, entry.length)
@@ -159,14 +171,56 @@ def merge_trajectories(
                 raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
             out.write(raw)
             out.write(b"\n")
-    return MergeResult(
-        rows_written=len(entries),
-        duplicates_dropped=duplicates,
-        filtered_hallucinated=hallucinated,
-        orphaned=orphaned,
-        torn_lines=torn,
-        path=out_path,
-    )
+    counts = {
+        "rows_written": len(entries),
+        "duplicates_dropped": duplicates,
+        "filtered_hallucinated": hallucinated,
+        "orphaned": orphaned,
+        "torn_lines": torn,
+    }
+    _write_state(out_path, {"inputs": inputs, "output": _signature(out_path), "merge": counts})
+    return MergeResult(**counts, path=out_path)
+
+
+def _signature(path: Path) -> list[int] | None:
+    """[size, modification time in ns] of a file, or None when it does not exist."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _merge_inputs(files: list[Path], index_of: Mapping[str, int] | None, tools: frozenset[str]) -> dict:
+    """What decides a merge's output: the batch files' signatures, a digest of ``index_of``, the tools."""
+    digest = None
+    if index_of is not None:
+        h = hashlib.sha256()
+        for key, value in index_of.items():
+            h.update(f"{key}\t{value}\n".encode())
+        digest = h.hexdigest()
+    return {
+        "files": [[path.name, *(_signature(path) or [])] for path in files],
+        "index_of": digest,
+        "tools": sorted(tools),
+    }
+
+
+def _state_path(out_path: Path) -> Path:
+    return out_path.with_name(f".merge-state.{out_path.name}.json")
+
+
+def _read_state(out_path: Path) -> dict[str, Any]:
+    """The remembered merge and statistics of ``out_path`` (empty when missing or unreadable)."""
+    try:
+        state = json.loads(_state_path(out_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _write_state(out_path: Path, state: dict[str, Any]) -> None:
+    write_json_atomic(_state_path(out_path), state)
 
 
 def compute_statistics(
@@ -211,7 +265,7 @@ def compute_statistics(
     """
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
-    sums = _row_sums(Path(merge.path), tools)
+    sums = _cached_row_sums(Path(merge.path), tools)
     tomb = _tombstone_sums(run_dir / "discarded.jsonl", index_of)
 
     tool_statistics = {}
@@ -313,6 +367,18 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
         for name, value in partial.items():
             totals[name] += value or 0
     return totals
+
+
+def _cached_row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
+    """:func:`_row_sums` of ``path``, remembered in its merge state while the file is unchanged."""
+    state = _read_state(path)
+    cached = state.get("row_sums")
+    if cached and cached.get("file") == _signature(path) and cached.get("tools") == tools:
+        return cached["sums"]
+    sums = _row_sums(path, tools)
+    if state:  # only a merged file with a state (made by merge_trajectories) gets its sums remembered
+        _write_state(path, {**state, "row_sums": {"file": _signature(path), "tools": tools, "sums": sums}})
+    return sums
 
 
 def _line_chunks(path: Path, size: int | None = None) -> Iterator[bytes]:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from hermes_core.runner import PromptJob
 from tasks._files import write_json_atomic
-from tasks.dataset import Dataset
+from tasks.dataset import Dataset, PromptRecord
 from tasks.ledger import BATCH_RE, now_iso
 
 RUN_FILE = "run.json"
@@ -132,7 +133,7 @@ def start_invocation(
     data.update(
         defining=defining,
         settings_hash=settings_hash,
-        dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset.records)},
+        dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset)},
     )
     data["invocations"].append({"started_at": now_iso(), "flow_run_id": flow_run_id})
     write_json_atomic(run_dir / RUN_FILE, data)
@@ -190,17 +191,39 @@ def prompt_identity(content_key: str, settings_hash: str) -> str:
     return hashlib.sha256(f"{content_key}|{settings_hash}".encode()).hexdigest()[:32]
 
 
+def prompt_ids(dataset: Dataset, settings_hash: str) -> list[str]:
+    """Every record's prompt identity in a run, by prompt_index (no record is read from the file)."""
+    return [prompt_identity(key, settings_hash) for key in dataset.content_keys()]
+
+
+def job_of(record: PromptRecord, prompt_id: str) -> PromptJob:
+    """A record as the prompt job of a run (``prompt_id``: its identity, :func:`prompt_identity`)."""
+    return PromptJob(
+        prompt_index=record.prompt_index,
+        prompt_id=prompt_id,
+        record_key=record.content_key,
+        prompt=record.prompt,
+        image=record.image,
+        cwd=record.cwd,
+        source=record.source,
+    )
+
+
+def iter_jobs(
+    dataset: Dataset, settings_hash: str, indices: Iterable[int] | None = None
+) -> Iterator[PromptJob]:
+    """The prompt jobs of ``indices`` (default: every record), in that order, each record read when it is reached.
+
+    The flow draws its prompts from this one at a time, so only the prompts in flight are in memory.
+    """
+    if indices is None:
+        for record in dataset.records:
+            yield job_of(record, prompt_identity(record.content_key, settings_hash))
+        return
+    for index in indices:
+        yield job_of(dataset.record(index), prompt_identity(dataset.content_key(index), settings_hash))
+
+
 def jobs_of(dataset: Dataset, settings_hash: str) -> list[PromptJob]:
-    """The dataset's records as prompt jobs with their run identities."""
-    return [
-        PromptJob(
-            prompt_index=r.prompt_index,
-            prompt_id=prompt_identity(r.content_key, settings_hash),
-            record_key=r.content_key,
-            prompt=r.prompt,
-            image=r.image,
-            cwd=r.cwd,
-            source=r.source,
-        )
-        for r in dataset.records
-    ]
+    """Every record as a prompt job, in memory (for small datasets: tests, tools; the flow uses :func:`iter_jobs`)."""
+    return list(iter_jobs(dataset, settings_hash))

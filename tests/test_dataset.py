@@ -33,7 +33,6 @@ def test_valid_file_fields_and_source(tmp_path):
     ds = read_dataset(path)
 
     assert ds.path == str(path)
-    assert ds.total_lines == 4
     assert ds.invalid == []
     assert ds.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
     assert ds.records[0] == PromptRecord(
@@ -59,7 +58,6 @@ def test_bom_crlf_no_final_newline_and_blank_lines(tmp_path):
     data = b'\xef\xbb\xbf{"prompt": "a"}\r\n\r\n   \r\n{"prompt": "b"}\r\n\n\t\n{"prompt": "c"}'
     ds = read_dataset(_write(tmp_path, data))
     assert [(r.prompt, r.line, r.prompt_index) for r in ds.records] == [("a", 1, 0), ("b", 4, 1), ("c", 7, 2)]
-    assert ds.total_lines == 7
     assert ds.records[0].content_key == _key({"prompt": "a"})
 
 
@@ -116,7 +114,6 @@ def test_max_samples_keeps_first_valid_records(tmp_path):
     path = _write(tmp_path, data)
     ds = read_dataset(path, max_samples=2, skip_invalid=True)
     assert [(r.prompt, r.prompt_index, r.line) for r in ds.records] == [("a", 0, 1), ("b", 1, 3)]
-    assert ds.total_lines == 6
     assert ds.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
     full = read_dataset(path, skip_invalid=True)
     assert [r.content_key for r in full.records[:2]] == [r.content_key for r in ds.records]
@@ -177,8 +174,9 @@ def test_path_with_glob_characters(tmp_path):
     assert read_dataset(path).records[0].prompt == "x"
 
 
-def test_line_numbers_across_polars_batches(tmp_path):
-    # more lines than one polars batch, with blank lines sprinkled in, checks exact numbering
+def test_line_numbers_across_blocks(tmp_path, monkeypatch):
+    # lines cut by the reader's block boundaries (blocks of 97 bytes), blank lines sprinkled in
+    monkeypatch.setattr("tasks.dataset._BLOCK_BYTES", 97)
     parts = []
     expected = []
     for i in range(10_000):
@@ -189,4 +187,67 @@ def test_line_numbers_across_polars_batches(tmp_path):
             expected.append((f"p{i}", i + 1))
     ds = read_dataset(_write(tmp_path, "".join(parts)))
     assert [(r.prompt, r.line) for r in ds.records] == expected
-    assert ds.total_lines == 10_000
+
+
+def test_records_stay_on_disk_and_are_read_when_used(tmp_path, monkeypatch):
+    """The code path of a 10^6-record dataset at small scale: index entries only, records read back."""
+    monkeypatch.setattr("tasks.dataset._BLOCK_BYTES", 64)
+    lines = [{"prompt": f"p{i} " + "x" * (i * 37 % 300), "n": i} for i in range(200)]
+    lines[50] = {"prompt": "dup", "image": "alpine:3"}
+    lines[120] = {"prompt": "dup", "image": "alpine:3"}
+    lines[7]["cwd"] = "/w"
+    path = _write(tmp_path, "\ufeff" + "".join(json.dumps(x) + "\r\n" for x in lines))
+    ds = read_dataset(path)
+    assert len(ds) == len(ds.records) == 200
+    assert ds.fingerprint == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert ds.content_key(50) == _key(lines[50], 0) and ds.content_key(120) == _key(lines[120], 1)
+    assert list(ds.content_keys()) == [r.content_key for r in ds.records]
+    assert (ds.image(50), ds.image(7), ds.image(8)) == ("alpine:3", None, None)
+    for i in (0, 7, 50, 199):
+        record = ds.record(i)
+        assert (record.prompt, record.line, record.prompt_index) == (lines[i]["prompt"], i + 1, i)
+        assert record.content_key == ds.content_key(i)
+    assert ds.record(7).cwd == "/w" and ds.records[-1] == ds.record(199)
+    assert [r.prompt for r in ds.records[198:]] == [lines[198]["prompt"], lines[199]["prompt"]]
+    with pytest.raises(IndexError):
+        ds.record(200)
+    with open(path, "ab") as fh:
+        fh.write(b'{"prompt": "late"}\n')
+    with pytest.raises(DatasetError, match="changed after it was read"):
+        ds.record(0)
+
+
+def test_reuse_returns_the_same_dataset_while_the_file_is_unchanged(tmp_path):
+    path = _write(tmp_path, '{"prompt": "a"}\n')
+    first = read_dataset(path, reuse=True)
+    assert read_dataset(path, reuse=True) is first  # the command line's check, then its flow
+    assert read_dataset(path) is not first and read_dataset(path, reuse=True, max_samples=1) is not first
+    with open(path, "a") as fh:
+        fh.write('{"prompt": "b"}\n')
+    assert len(read_dataset(path, reuse=True)) == 2
+
+
+def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
+    """Identities never depend on orjson: its form equals json's, else the exact path is taken."""
+    import random
+
+    from tasks.dataset import _canonical, _fast_canonical
+
+    rng = random.Random(3)
+    alphabet = [
+        chr(c) for c in [*range(0x80), 0x9F, 0xA0, 0xE9, 0x2028, 0xFEFF, 0xFFFF, 0x4E16, 0x1F600, 0x10FFFF]
+    ]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10)))
+        key = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3)))
+        obj = {"prompt": text, key: [text, 0, -5, True, None, {"z": text, "a": []}], "n": 2**63 - 1}
+        line = json.dumps(obj, ensure_ascii=rng.random() < 0.5).encode()
+        fast, canonical = _fast_canonical(line)
+        assert fast == json.loads(line) and canonical == _canonical(json.loads(line))
+    for declined in [b'{"x": 1.5}', b'{"x": [1e-05]}', b'{"x": 18446744073709551616}', b'{"x": NaN}',
+                     b'{"x": "\\ud800"}', b"[1]", b"\xe9", b"  ", b"{bad"]:  # fmt: skip
+        assert _fast_canonical(declined) == (None, None)
+    # records that take the exact path keep their exact identities
+    lines = [{"prompt": "f", "score": 0.1}, {"prompt": "big", "n": 2**70}]
+    ds = read_dataset(_write(tmp_path, "".join(json.dumps(x) + "\n" for x in lines)))
+    assert [r.content_key for r in ds.records] == [_key(lines[0]), _key(lines[1])]

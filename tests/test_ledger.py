@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tasks.ledger import RunInUseError, RunLedger, RunLock
+from tasks.ledger import INDEX_FILE, RunInUseError, RunLedger, RunLock
 
 
 def _row(pid: str, index: int) -> dict:
@@ -25,7 +25,8 @@ def _lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_rows_go_to_planned_batches_and_checkpoint_follows(tmp_path):
+def test_rows_go_to_planned_batches_and_checkpoint_follows(tmp_path, monkeypatch):
+    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 0.0)  # a checkpoint at every finished batch
     ledger = RunLedger.open(tmp_path, "r")
     index_of = {f"id{i}": i for i in range(5)}
     plan = ledger.plan([(i, f"id{i}") for i in range(5)], batch_size=2, index_of=index_of)
@@ -147,3 +148,62 @@ def test_a_killed_invocation_counts_in_the_run_duration(tmp_path):
     assert second.run_id == first.run_id  # the same run folder keeps its identity
     finish_invocation(second, duration_s=1.0)
     assert 2.5 <= second.total_duration <= 5
+
+
+def test_checkpoint_is_written_at_most_every_interval_and_at_close(tmp_path, monkeypatch):
+    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 3600.0)
+    ledger = RunLedger.open(tmp_path, "r")
+    ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=1, index_of={f"id{i}": i for i in range(4)})
+    ledger.record_row("id0", _row("id0", 0))  # the first finished batch writes one
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0]
+    ledger.record_row("id1", _row("id1", 1))
+    ledger.record_row("id2", _row("id2", 2))
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0]
+    ledger.write_checkpoint()  # what the flow does when its prompts are done
+    ledger.close()
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0, 1, 2]
+
+
+def test_reopen_reads_the_index_not_the_rows_and_rescans_a_changed_file(tmp_path):
+    """The code path of a resume of 10^6 prompts at small scale: closed batch files are indexed."""
+    ledger = RunLedger.open(tmp_path, "r")
+    ledger.plan([(i, f"id{i}") for i in range(5)], batch_size=2, index_of={f"id{i}": i for i in range(5)})
+    for i in range(4):
+        ledger.record_row(f"id{i}", _row(f"id{i}", i))
+    ledger.record_row("id4", _row("id4", 4))
+    ledger.close()  # batch 2 (id4) is closed here, the others when they finished
+    index = _lines(tmp_path / INDEX_FILE)
+    assert [(e["file"], e["ids"]) for e in index] == [
+        ("batch_0.jsonl", ["id0", "id1"]),
+        ("batch_1.jsonl", ["id2", "id3"]),
+        ("batch_2.jsonl", ["id4"]),
+    ]
+    # the index is what a reopen reads: a row the index does not list is not seen while it matches...
+    reads = []
+    real_open = open
+
+    def counting_open(path, mode="r", *a, **kw):
+        if mode == "rb":  # reading rows (the torn-tail check opens r+b and reads the last byte only)
+            reads.append(os.path.basename(str(path)))
+        return real_open(path, mode, *a, **kw)
+
+    import builtins
+
+    builtins.open, saved = counting_open, builtins.open
+    try:
+        again = RunLedger.open(tmp_path, "r")
+    finally:
+        builtins.open = saved
+    assert again.rows == {"id0": 0, "id1": 0, "id2": 1, "id3": 1, "id4": 2}
+    assert not {"batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl"} & set(reads)
+    assert again.batch_stats["2"]["processed"] == 1
+    # ...and a batch file that changed since (size or time) is scanned again and indexed anew
+    with open(tmp_path / "batch_1.jsonl", "ab") as fh:
+        fh.write((json.dumps(_row("idX", 9)) + "\n").encode())
+    third = RunLedger.open(tmp_path, "r")
+    assert third.rows["idX"] == 1 and len(third.rows) == 6
+    assert _lines(tmp_path / INDEX_FILE)[-1]["ids"] == ["id2", "id3", "idX"]
+    # a torn index line (a killed writer) is ignored: the file is scanned
+    with open(tmp_path / INDEX_FILE, "ab") as fh:
+        fh.write(b'{"file": "batch_0.js')
+    assert RunLedger.open(tmp_path, "r").rows == third.rows

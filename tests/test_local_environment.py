@@ -188,3 +188,24 @@ def test_close_is_idempotent_and_ends_the_environment(mode):
         env.execute("true")
     with pytest.raises(SandboxError, match="closed"):
         env.start()
+
+
+def test_waiting_on_a_descriptor_above_1024_works():
+    """A flow with hundreds of prompts in flight has descriptors >= 1,024: select.select fails there."""
+    import os
+    import socket
+
+    from hermes_core.environments._poll import readable
+
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    a, b = socket.socketpair()
+    try:
+        assert a.fileno() >= 1024
+        assert not readable(a, 0.01)
+        b.send(b"x")
+        assert readable(a, 0.01)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        a.close()
+        b.close()

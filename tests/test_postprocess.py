@@ -365,3 +365,51 @@ def test_append_jsonl_and_repair_torn_tail(tmp_path):
         fh.write(b'{"prompt_id": "c"}')  # complete JSON, only the newline missing: kept
     assert repair_torn_tail(path) == 0
     assert path.read_bytes().endswith(b'{"prompt_id": "c"}\n')
+
+
+def test_unchanged_merge_and_statistics_are_not_done_again(tmp_path, monkeypatch):
+    """A resume of a finished run: same batch files, same dataset -> the merge and row sums are remembered."""
+    import tasks.postprocess as pp
+
+    run = tmp_path / "run"
+    _write(run, "batch_0.jsonl", _row(1, "b", usage={"prompt_tokens": 3}), _row(0, "a"))
+    index_of = {"a": 0, "b": 1}
+    first = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS)
+    stats = dict(_stats_of(run, first, index_of), completed_at=None)
+    merged = (run / "trajectories.jsonl").read_bytes()
+
+    def must_not_read(*a, **kw):
+        raise AssertionError("read again")
+
+    with monkeypatch.context() as m:
+        m.setattr(pp, "_iter_raw_lines", must_not_read)
+        m.setattr(pp, "_row_sums", must_not_read)
+        again = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS)
+        assert again == first
+        assert dict(_stats_of(run, again, index_of), completed_at=None) == stats
+    assert (run / "trajectories.jsonl").read_bytes() == merged
+    # another index_of, a changed batch file or a changed merged file: done again
+    assert merge_trajectories(run, index_of={"a": 0}, valid_tools=TOOLS).rows_written == 1
+    merge_trajectories(run, index_of=index_of, valid_tools=TOOLS)
+    with open(run / "batch_0.jsonl", "ab") as fh:
+        fh.write(_line(_row(2, "c")))
+    third = merge_trajectories(run, index_of={**index_of, "c": 2}, valid_tools=TOOLS)
+    assert third.rows_written == 3 and _stats_of(run, third, {**index_of, "c": 2})["completed"] == 3
+    (run / "trajectories.jsonl").write_bytes(b"")
+    assert merge_trajectories(run, index_of={**index_of, "c": 2}, valid_tools=TOOLS).rows_written == 3
+    assert len(_merged(run)) == 3
+
+
+def _stats_of(run: Path, merge: MergeResult, index_of: dict) -> dict:
+    return compute_statistics(
+        run,
+        merge=merge,
+        run_name="r",
+        distribution="d",
+        model="m",
+        batch_size=10,
+        index_of=index_of,
+        duration_seconds=1.0,
+        failed_prompt_ids=[],
+        valid_tools=TOOLS,
+    )

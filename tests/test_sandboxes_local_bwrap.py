@@ -246,3 +246,16 @@ def test_flow_run_with_bubblewrap_isolation(cli, mock_server, tmp_path):
     assert "A-secret-value" not in tool_text[1] and "No such file or directory" in tool_text[1]
     assert "unreachable" in tool_text[1] and "reachable\\n" not in tool_text[1].replace("unreachable", "")
     assert mock_server.stats()["by_conversation"][conversation_key(records[1]["prompt"])] == 2
+
+
+def test_a_sandbox_started_with_descriptors_above_1024_runs_commands():
+    """With hundreds of prompts in flight the agent's socket has a descriptor >= 1024 (select cannot wait on it)."""
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        with LocalEnvironment(settings=ISOLATED) as env:
+            assert env.isolated
+            assert env.execute("echo hello; echo again").output == "hello\nagain\n"
+            assert env.execute("echo twice").output == "twice\n"
+    finally:
+        for fd in filler:
+            os.close(fd)

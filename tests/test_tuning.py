@@ -48,3 +48,14 @@ def test_malloc_arenas_are_capped_for_threads_started_after_the_call():
 def test_a_malloc_arena_max_set_by_the_user_wins():
     assert _arenas(3, {"MALLOC_ARENA_MAX": "5"}) == ("False", 5)
     assert _arenas(3, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=5"}) == ("False", 5)
+
+
+def test_without_flow_heartbeats_turns_prefect_heartbeats_off_inside_only():
+    from prefect.settings import get_current_settings
+
+    from flows.tuning import without_flow_heartbeats
+
+    before = get_current_settings().flows.heartbeat_frequency
+    with without_flow_heartbeats():
+        assert get_current_settings().flows.heartbeat_frequency is None  # the engine then starts no thread
+    assert get_current_settings().flows.heartbeat_frequency == before

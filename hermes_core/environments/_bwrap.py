@@ -25,7 +25,6 @@ from __future__ import annotations
 import array
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -34,6 +33,7 @@ import tempfile
 import threading
 import time
 
+from hermes_core.environments._poll import readable
 from hermes_core.exceptions import SandboxError
 
 AGENT = r"""
@@ -77,17 +77,21 @@ def reap():
         if ident is not None:
             sock.send(json.dumps({"id": ident, "rc": os.waitstatus_to_exitcode(status)}).encode())
 
+# poll, not select: the socket keeps the host's descriptor number, >= 1024 with hundreds of prompts
+poller = select.poll()
+poller.register(sock, select.POLLIN)
+poller.register(wake_r, select.POLLIN)
 try:
     sock.send(b'{"ready": true}')
     while True:
-        ready = select.select([sock, wake_r], [], [])[0]
+        ready = {fd for fd, _ in poller.poll()}
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
             reap()
-        if sock in ready:
+        if sock.fileno() in ready:
             fds = array.array("i")
             msg, anc, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(2 * fds.itemsize))
             if not msg:
@@ -273,7 +277,7 @@ class BwrapSandbox:
             finally:
                 agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
                 os.close(info_w)
-            ready = select.select([host], [], [], _START_TIMEOUT)[0] and _recv(host)
+            ready = readable(host, _START_TIMEOUT) and _recv(host)
             if ready:
                 self._init_pid = _read_child_pid(info_r)
             if not ready:
@@ -409,7 +413,7 @@ def _read_child_pid(fd: int) -> int:
     data = b""
     deadline = time.monotonic() + 5
     while b"}" not in data and time.monotonic() < deadline:
-        if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+        if not readable(fd, deadline - time.monotonic()):
             break
         chunk = os.read(fd, 4096)
         if not chunk:

@@ -31,7 +31,6 @@ import io
 import logging
 import posixpath
 import secrets
-import select
 import struct
 import tarfile
 import threading
@@ -42,6 +41,7 @@ import docker
 import docker.errors
 
 from hermes_core.environments import ContainerSandbox, ExecResult
+from hermes_core.environments._poll import readable
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.docker_engine import (
     ENGINE_ERRORS,
@@ -287,7 +287,7 @@ class DockerEnvironment(ContainerSandbox):
             else:
                 wait = min(_IDLE_CHECK, max(deadline - now, 0.0))
             pending = getattr(raw, "pending", None)
-            if not (pending and pending()) and not select.select([raw], [], [], wait)[0]:
+            if not (pending and pending()) and not readable(raw, wait):
                 if ended_at is not None:
                     break  # the command is gone and the stream is quiet
                 if (
