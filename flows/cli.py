@@ -340,7 +340,7 @@ def run_agent(argv: list[str]) -> int:
     except (HermesError, KeyError, ValidationError) as exc:
         raise CliError(f"{type(exc).__name__}: {exc}") from None
     print(json.dumps(outcome.row, ensure_ascii=False, indent=2))
-    if outcome.status != "completed":
+    if outcome.status != "kept":
         print(f"note: this sample would be discarded in a batch run ({outcome.status})", file=sys.stderr)
     return 0
 

@@ -356,7 +356,8 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
     """
     if state.is_completed():
         outcome: PromptOutcome = state.result()
-        if outcome.status == "completed":
+        kept = not outcome.status.startswith("discarded")  # "completed" in results cached by older versions
+        if kept:
             ledger.record_row(job.prompt_id, outcome.row)
         else:
             ledger.record_discard(
@@ -367,7 +368,7 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
                     "usage": outcome.usage,
                 },
             )
-        progress.record("completed" if outcome.status == "completed" else "discarded", outcome.usage)
+        progress.record("completed" if kept else "discarded", outcome.usage)
         return outcome
     exc = state.result(raise_on_failure=False)
     if isinstance(exc, PromptCancelled) or state.is_cancelled():
@@ -415,6 +416,16 @@ def _meter(config: BatchConfig, budget: Budget, limiter, total: int):
         }
 
     return figures
+
+
+def _left_out(merge: dict[str, int]) -> list[str]:
+    """Summary rows for what the merge left out besides hallucinated rows (none when nothing was)."""
+    labels = {
+        "duplicates_dropped": "duplicate rows dropped",
+        "orphaned": "rows of records no longer in the dataset",
+        "torn_lines": "unreadable lines (a killed writer's torn line)",
+    }
+    return [f"| {labels[key]} | {count} |" for key, count in merge.items() if count and key in labels]
 
 
 def _short(message: str, limit: int = 160) -> str:
@@ -499,6 +510,7 @@ def summary_markdown(config: BatchConfig, stats: dict[str, Any]) -> str:
         f"| cost | {'n/a' if cost is None else f'${cost:.4f}'} |",
         f"| duration | {stats['duration_seconds']} s |",
         f"| output | `{config.run_dir / 'trajectories.jsonl'}` |",
+        *_left_out(stats.get("merge") or {}),
         f"| view it | `hermes-batch view {config.run_dir}` |",
     ]
     return "\n".join(lines) + "\n"

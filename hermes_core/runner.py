@@ -8,7 +8,6 @@ reasoning) and raises for a failed prompt; the environment is always torn down.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -24,7 +23,7 @@ from hermes_core.limiter import run_limiter
 from hermes_core.redaction import register_secrets_of
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
-from hermes_core.trajectory import to_sharegpt, tool_statistics
+from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
 
 
 class PromptJob(BaseModel):
@@ -76,11 +75,18 @@ class RunSpec(BaseModel):
 
 
 class PromptOutcome(BaseModel):
-    """A finished prompt: its trajectory row and whether it is kept or discarded for lack of reasoning."""
+    """A finished prompt: its trajectory row and whether it is kept or discarded for lack of reasoning.
+
+    Results cached by earlier versions say ``completed`` / ``discarded_no_reasoning``: read ``status``
+    as "discarded" only when it starts with ``discarded``.
+    """
 
     prompt_id: str
     prompt_index: int
-    status: Literal["completed", "discarded_no_reasoning"]
+    status: Literal["kept", "discarded"] = Field(
+        description="kept: the row goes into the dataset (its own ``completed`` field says whether the turn "
+        "limit ended it); discarded: no assistant turn has reasoning (a tombstone is written instead)."
+    )
     row: dict[str, Any] = Field(
         description="Trajectory row (SPEC section 6); batch_num is set when it is written."
     )
@@ -169,7 +175,7 @@ def run_prompt(
         "duration_s": duration,
     }
     row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
-    status = "completed" if with_reasoning else "discarded_no_reasoning"
+    status = "kept" if with_reasoning else "discarded"
     return PromptOutcome(status=status, row=row, **common)
 
 
@@ -199,7 +205,7 @@ def build_row(
         "conversations": to_sharegpt(result.messages, result.tools),
         "metadata": {
             "batch_num": None,
-            "timestamp": datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds"),
+            "timestamp": timestamp_now(),
             "model": spec.model.model,
             "prompt_id": job.prompt_id,
             "usage": result.usage.as_dict(),

@@ -21,10 +21,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
     "extract_reasoning",
+    "timestamp_now",
     "has_reasoning",
     "hermes_system_prompt",
     "hermes_tool_entries",
@@ -42,6 +44,11 @@ _INLINE_BLOCK = re.compile(
 _SCRATCHPAD_OPEN = re.compile(r"<REASONING_SCRATCHPAD>", re.IGNORECASE)
 _SCRATCHPAD_CLOSE = re.compile(r"</REASONING_SCRATCHPAD>", re.IGNORECASE)
 _NO_JSON = object()
+
+
+def timestamp_now() -> str:
+    """Current UTC time, ISO-8601 to the second, no offset: the reference's row ``timestamp`` shape."""
+    return datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def _reject_constant(name: str) -> Any:

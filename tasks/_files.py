@@ -11,12 +11,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["append_jsonl", "atomic_writer", "repair_torn_tail", "write_json_atomic"]
+__all__ = [
+    "BATCH_RE",
+    "append_jsonl",
+    "atomic_writer",
+    "iter_raw_lines",
+    "line_chunks",
+    "loads_object",
+    "repair_torn_tail",
+    "write_json_atomic",
+]
+
+BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
+"""Names of a run's batch files, ``batch_<n>.jsonl`` (group 1: n)."""
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -137,3 +150,47 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def iter_raw_lines(path: Path) -> Iterator[tuple[int, bytes, int, bool]]:
+    """Yield ``(byte offset, line without line end, 1-based line number, is last line)`` of non-blank lines."""
+    with open(path, "rb") as f:
+        offset = 0
+        pending: tuple[int, bytes, int] | None = None
+        for line_no, line in enumerate(f, start=1):
+            raw = line.rstrip(b"\r\n")
+            if raw.strip():
+                if pending is not None:
+                    yield (*pending, False)
+                pending = (offset, raw, line_no)
+            offset += len(line)
+        if pending is not None:
+            yield (*pending, True)
+
+
+def loads_object(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object in ``raw``, or None when it is not valid JSON or not an object."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def line_chunks(path: Path, size: int) -> Iterator[bytes]:
+    """Yield the bytes of ``path`` in chunks of about ``size`` bytes that end on a line end (none when missing)."""
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        rest = b""
+        while block := f.read(size):
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            rest = data[cut:]
+            if data[:cut].strip():
+                yield data[:cut]
+        if rest.strip():
+            yield rest

@@ -31,10 +31,9 @@ import polars as pl
 
 from hermes_core.redaction import redactor
 from hermes_core.sharegpt_parse import TurnFormatError, to_chat_messages
-from tasks._files import atomic_writer
+from tasks._files import atomic_writer, iter_raw_lines, line_chunks, loads_object
 from tasks.dataset_card import render_card
 from tasks.hf_schema import features_yaml, finalise, force_json, merge_dtypes
-from tasks.postprocess import _iter_raw_lines, _line_chunks, _loads_object
 from tasks.run_index import RunIndex
 from tasks.run_summary import read_summary
 
@@ -93,8 +92,8 @@ def messages_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _kept_rows(path: Path) -> Iterator[tuple[int, bool, str, dict[str, Any]]]:
     """``(prompt_index, False, origin, row)`` of every row of trajectories.jsonl (already in order)."""
-    for _, raw, line_no, _last in _iter_raw_lines(path):
-        row = _loads_object(raw)
+    for _, raw, line_no, _last in iter_raw_lines(path):
+        row = loads_object(raw)
         if row is None:
             raise ExportError(f"{path} line {line_no}: not a JSON object")
         yield row.get("prompt_index", -1), False, f"{path} line {line_no}", row
@@ -222,7 +221,7 @@ def export_run(
         overrides["metadata.timestamp"] = "timestamp[s]"
     storage = finalise(schema)
     parts = []
-    for number, data in enumerate(_line_chunks(tmp, shard_bytes)):
+    for number, data in enumerate(line_chunks(tmp, shard_bytes)):
         part = out_dir / "data" / f".part-{number:05d}.parquet"
         with atomic_writer(part) as out:
             pl.read_ndjson(data, schema=storage).write_parquet(out)

@@ -14,7 +14,8 @@ Files under ``data/<run_name>/``:
   spent (``usage``); they stay pending.
 * ``spend.json`` - the usage of every line above, summed per file (:mod:`tasks.spend`), saved
   with every checkpoint: the run's spend without re-reading the run.
-* ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}``,
+* ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}`` (in ``batch_stats``,
+  ``skipped`` counts the failed prompts of a batch: the reference's key, kept for compatibility),
   rewritten atomically when a batch finishes (at most every :data:`CHECKPOINT_INTERVAL` seconds:
   it lists every finished prompt, so each write costs O(run size)) and when the ledger closes.
 * ``.ledger-index.jsonl`` - one line per closed batch file: its name, size, modification time
@@ -33,19 +34,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hermes_core.redaction import redact
-from tasks._files import append_jsonl, repair_torn_tail, write_json_atomic
+from hermes_core.trajectory import timestamp_now
+from tasks._files import BATCH_RE, append_jsonl, repair_torn_tail, write_json_atomic
 from tasks.spend import SpendTally
 
-BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
 INDEX_FILE = ".ledger-index.jsonl"
 CHECKPOINT_INTERVAL = 5.0
 """Seconds between two checkpoint writes while prompts run (the last one is written at close)."""
@@ -54,8 +53,8 @@ _PROMPT_ID_KEY = b'"prompt_id": "'
 
 
 def now_iso() -> str:
-    """Current UTC time, ISO-8601 to the second, no offset (the reference's timestamp shape)."""
-    return datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
+    """Current UTC time, ISO-8601 to the second, no offset (:func:`hermes_core.trajectory.timestamp_now`)."""
+    return timestamp_now()
 
 
 class RunInUseError(RuntimeError):
@@ -101,7 +100,7 @@ class BatchState:
 
     members: set[str]
     processed: int = 0
-    skipped: int = 0
+    failed: int = 0  # written as the checkpoint's "skipped": the reference's key for failed prompts
     discarded_no_reasoning: int = 0
     resolved: set[str] = field(default_factory=set)
 
@@ -258,7 +257,7 @@ class RunLedger:
         }
         self._append("failures.jsonl", line)
         self._spent("failures.jsonl", line["usage"])
-        self._resolve(prompt_id, "skipped")
+        self._resolve(prompt_id, "failed")
         return line
 
     def record_cancelled(self, prompt_id: str, prompt_index: int, usage: dict[str, Any] | None) -> None:
@@ -318,7 +317,7 @@ class RunLedger:
         setattr(batch, counter, getattr(batch, counter) + 1)
         self.batch_stats[str(number)] = {
             "processed": batch.processed,
-            "skipped": batch.skipped,
+            "skipped": batch.failed,
             "discarded_no_reasoning": batch.discarded_no_reasoning,
         }
         if batch.done:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,13 +27,12 @@ from typing import IO, Any, NamedTuple
 
 import polars as pl
 
-from tasks._files import atomic_writer, write_json_atomic
+from tasks._files import BATCH_RE, atomic_writer, iter_raw_lines, line_chunks, loads_object, write_json_atomic
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
 
 log = logging.getLogger(__name__)
 
-_BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
 _MAX_OPEN_FILES = 32
 # Bytes of lines decoded per polars call in compute_statistics. Measured on 100,000 rows (1.4 GB,
 # bench/postprocess.py): 16 MB chunks peaked at 269 MB RSS in 7.7 s, 4 MB at 177 MB in 5.1 s.
@@ -78,7 +76,7 @@ def batch_files(run_dir: Path) -> list[Path]:
     """``batch_<n>.jsonl`` files of ``run_dir``, sorted by n (numerically)."""
     found = []
     for path in Path(run_dir).iterdir():
-        match = _BATCH_RE.match(path.name)
+        match = BATCH_RE.match(path.name)
         if match and path.is_file():
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
@@ -126,8 +124,8 @@ def merge_trajectories(
     duplicates = hallucinated = orphaned = torn = 0
 
     for file_no, path in enumerate(files):
-        for offset, raw, line_no, is_last in _iter_raw_lines(path):
-            row = _loads_object(raw)
+        for offset, raw, line_no, is_last in iter_raw_lines(path):
+            row = loads_object(raw)
             if row is None:
                 torn += 1
                 if not is_last:
@@ -257,7 +255,9 @@ def compute_statistics(
         the rows' and the tombstones' ``usage`` (tokens spent on discarded samples were paid
         for); ``total`` = prompt + completion (reasoning tokens are part of completion tokens);
         ``cost_usd`` is None when no row or tombstone reports a cost; ``flow_run_id`` names the
-        flow run that wrote the file (so a reader can tell a stale file from this run's).
+        flow run that wrote the file (so a reader can tell a stale file from this run's); ``merge``
+        says what the merge left out besides hallucinated rows (``duplicates_dropped``, ``orphaned``:
+        rows of records no longer in the dataset, ``torn_lines``).
 
     Raises:
         OSError: a file cannot be read.
@@ -310,6 +310,11 @@ def compute_statistics(
             "total": prompt_tokens + completion_tokens,
         },
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
+        "merge": {
+            "duplicates_dropped": merge.duplicates_dropped,
+            "orphaned": merge.orphaned,
+            "torn_lines": merge.torn_lines,
+        },
         "flow_run_id": flow_run_id,
     }
 
@@ -362,7 +367,7 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     ]
     totals: dict[str, Any] = {str(e.meta.output_name()): 0 for e in exprs}
     totals["cost"] = 0.0
-    for chunk in _line_chunks(path):
+    for chunk in line_chunks(path, _CHUNK_BYTES):
         partial = pl.read_ndjson(chunk, schema=schema).select(exprs).row(0, named=True)
         for name, value in partial.items():
             totals[name] += value or 0
@@ -381,26 +386,6 @@ def _cached_row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     return sums
 
 
-def _line_chunks(path: Path, size: int | None = None) -> Iterator[bytes]:
-    """Yield the bytes of ``path`` in chunks of about ``size`` bytes that end on a line end."""
-    size = size or _CHUNK_BYTES
-    if not path.exists():
-        return
-    with open(path, "rb") as f:
-        rest = b""
-        while block := f.read(size):
-            data = rest + block if rest else block
-            cut = data.rfind(b"\n") + 1
-            if cut == 0:
-                rest = data
-                continue
-            rest = data[cut:]
-            if data[:cut].strip():
-                yield data[:cut]
-        if rest.strip():
-            yield rest
-
-
 def _tombstone_sums(path: Path, index_of: Mapping[str, int]) -> dict[str, Any]:
     """Count the tombstones of ``discarded.jsonl`` (first per prompt_id of ``index_of``) and sum their turns and usage."""
     sums: dict[str, Any] = {
@@ -413,8 +398,8 @@ def _tombstone_sums(path: Path, index_of: Mapping[str, int]) -> dict[str, Any]:
     if not path.exists():
         return sums
     seen: set[str] = set()
-    for _, raw, line_no, is_last in _iter_raw_lines(path):
-        tomb = _loads_object(raw)
+    for _, raw, line_no, is_last in iter_raw_lines(path):
+        tomb = loads_object(raw)
         if tomb is None:
             if not is_last:
                 log.warning("%s line %d is not a JSON object; skipped", path, line_no)
@@ -438,31 +423,6 @@ def _tombstone_sums(path: Path, index_of: Mapping[str, int]) -> dict[str, Any]:
 def _int(value: Any) -> int:
     """An integer counter from JSON; anything else (null, missing) is 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _iter_raw_lines(path: Path) -> Iterator[tuple[int, bytes, int, bool]]:
-    """Yield ``(byte offset, line without line end, 1-based line number, is last line)`` of non-blank lines."""
-    with open(path, "rb") as f:
-        offset = 0
-        pending: tuple[int, bytes, int] | None = None
-        for line_no, line in enumerate(f, start=1):
-            raw = line.rstrip(b"\r\n")
-            if raw.strip():
-                if pending is not None:
-                    yield (*pending, False)
-                pending = (offset, raw, line_no)
-            offset += len(line)
-        if pending is not None:
-            yield (*pending, True)
-
-
-def _loads_object(raw: bytes) -> dict[str, Any] | None:
-    """The JSON object in ``raw``, or None when it is not valid JSON or not an object."""
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 class _FilePool:

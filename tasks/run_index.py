@@ -35,9 +35,14 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from tasks._files import atomic_writer, write_json_atomic
+from tasks._files import (  # the merge's own file reading
+    atomic_writer,
+    iter_raw_lines,
+    loads_object,
+    write_json_atomic,
+)
 from tasks.dataset import DatasetError, read_dataset
-from tasks.postprocess import _iter_raw_lines, _loads_object, batch_files  # the merge's own file reading
+from tasks.postprocess import batch_files
 from tasks.run_setup import prompt_identity, read_run_info
 
 __all__ = [
@@ -340,8 +345,8 @@ class RunIndex:
         rows: dict[str, _Row] = {}
         hallucinated: set[str] = set()
         for path in batch_files(self.run_dir):
-            for offset, raw, _, _ in _iter_raw_lines(path):
-                row = _loads_object(raw)
+            for offset, raw, _, _ in iter_raw_lines(path):
+                row = loads_object(raw)
                 if row is None:
                     continue  # a torn last line; the ledger repairs it on the next run
                 metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
@@ -374,8 +379,8 @@ class RunIndex:
         path = self.run_dir / name
         if not path.is_file():
             return
-        for offset, raw, _, _ in _iter_raw_lines(path):
-            obj = _loads_object(raw)
+        for offset, raw, _, _ in iter_raw_lines(path):
+            obj = loads_object(raw)
             if obj is not None and isinstance(obj.get("prompt_id"), str):
                 yield obj, offset, len(raw)
 
@@ -484,7 +489,7 @@ class RunIndex:
         with open(self.run_dir / name, "rb") as fh:
             fh.seek(offset)
             raw = fh.read(length)
-        obj = _loads_object(raw)
+        obj = loads_object(raw)
         if obj is None:
             raise RunIndexError(f"{self.run_dir / name}: no JSON object at byte {offset} (file changed?)")
         return obj

@@ -49,7 +49,7 @@ def test_tool_calls_run_real_commands_and_usage_is_summed(mock_server):
     prompt = "Compute something with the shell (usage test)"
     outcome = run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?cost=0.001"), SETTINGS)
     row = outcome.row
-    assert outcome.status == "completed"
+    assert outcome.status == "kept"
     assert row["completed"] is True and row["partial"] is False
     assert row["api_calls"] == 3  # two tool-calling turns, then the answer
     froms = [t["from"] for t in row["conversations"]]
@@ -91,7 +91,7 @@ def test_rate_limit_is_retried_honouring_retry_after(mock_server):
         _job(prompt), _spec(mock_server, "mock/scripted?rate_limit=2&retry_after=1.5"), SETTINGS
     )
     elapsed = time.monotonic() - started
-    assert outcome.status == "completed" and outcome.row["api_calls"] == 3
+    assert outcome.status == "kept" and outcome.row["api_calls"] == 3
     assert _requests_for(mock_server, prompt) == 5  # 2 x 429, then 3 answered calls
     assert elapsed >= 3.0  # two waits of Retry-After = 1.5 s, not the SDK's 0.5-1 s default backoff
 
@@ -116,7 +116,7 @@ def test_timeout_is_retried(mock_server):
     settings = HermesSettings(max_retries=1, request_timeout=1.0)
     prompt = "Hanging first request"
     outcome = run_prompt(_job(prompt), _spec(mock_server, "mock/scripted?hang_s=4&hang_count=1"), settings)
-    assert outcome.status == "completed" and outcome.row["api_calls"] == 3
+    assert outcome.status == "kept" and outcome.row["api_calls"] == 3
     assert _requests_for(mock_server, prompt) == 4
 
 
@@ -173,7 +173,7 @@ def test_no_reasoning_is_discarded(mock_server):
     outcome = run_prompt(
         _job("No reasoning at all"), _spec(mock_server, "mock/scripted?no_reasoning"), SETTINGS
     )
-    assert outcome.status == "discarded_no_reasoning"
+    assert outcome.status == "discarded"
     assert outcome.turns_with_reasoning == 0 and outcome.assistant_turns == 3
     assert outcome.row["conversations"][2]["value"].startswith("<think>\n</think>\n")
 
@@ -183,7 +183,7 @@ def test_every_reasoning_style_lands_in_think_blocks(mock_server, style):
     outcome = run_prompt(
         _job(f"Reasoning style {style}"), _spec(mock_server, f"mock/scripted?reasoning={style}"), SETTINGS
     )
-    assert outcome.status == "completed" and outcome.turns_with_reasoning == 3
+    assert outcome.status == "kept" and outcome.turns_with_reasoning == 3
     first_gpt = outcome.row["conversations"][2]["value"]
     assert first_gpt.startswith("<think>\nTurn 0")
     assert "REASONING_SCRATCHPAD" not in first_gpt and first_gpt.count("<think>") == 1

@@ -20,7 +20,7 @@ def test_forget_drops_a_recorded_prompts_bookkeeping_and_only_its(prefect_server
     @task(persist_result=False)
     def outcome(i: int) -> PromptOutcome:
         return PromptOutcome(
-            prompt_id=f"p{i}", prompt_index=1000 + i, status="completed", row={"prompt_index": 1000 + i},
+            prompt_id=f"p{i}", prompt_index=1000 + i, status="kept", row={"prompt_index": 1000 + i},
             assistant_turns=1, turns_with_reasoning=1, usage={"prompt_tokens": 1}, duration_s=0.5 + i,
         )  # fmt: skip
 
@@ -77,7 +77,7 @@ def test_memory_per_recorded_prompt_stays_flat(prefect_server):
     @task(persist_result=False)
     def outcome(i: int) -> PromptOutcome:
         return PromptOutcome(
-            prompt_id=f"p{i}", prompt_index=i, status="completed", row={"prompt_index": i, "pad": "x" * 2000},
+            prompt_id=f"p{i}", prompt_index=i, status="kept", row={"prompt_index": i, "pad": "x" * 2000},
             assistant_turns=1, turns_with_reasoning=1, usage={"prompt_tokens": i}, duration_s=0.5,
         )  # fmt: skip
 

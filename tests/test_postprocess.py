@@ -275,6 +275,7 @@ def test_statistics_exact_numbers(tmp_path):
         # rows 100+50+7 and 40+5+3, tombstones 20+1 and 6+1
         "tokens": {"prompt": 178, "completion": 55, "reasoning": 11, "total": 233},
         "cost_usd": 0.875,
+        "merge": {"duplicates_dropped": 0, "orphaned": 0, "torn_lines": 0},
         "flow_run_id": "fr-1",
     }
     keys = list(compute_statistics(run, merge=merge, run_name="r", distribution="d", model="m", batch_size=1,
@@ -282,7 +283,7 @@ def test_statistics_exact_numbers(tmp_path):
     assert keys == [
         "run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model", "completed_at",
         "duration_seconds", "tool_statistics", "reasoning_statistics", "discarded_no_reasoning", "completed",
-        "failed", "filtered_hallucinated", "tokens", "cost_usd", "flow_run_id",
+        "failed", "filtered_hallucinated", "tokens", "cost_usd", "merge", "flow_run_id",
     ]  # fmt: skip
 
 
@@ -382,7 +383,7 @@ def test_unchanged_merge_and_statistics_are_not_done_again(tmp_path, monkeypatch
         raise AssertionError("read again")
 
     with monkeypatch.context() as m:
-        m.setattr(pp, "_iter_raw_lines", must_not_read)
+        m.setattr(pp, "iter_raw_lines", must_not_read)
         m.setattr(pp, "_row_sums", must_not_read)
         again = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS)
         assert again == first
