@@ -6,8 +6,10 @@
 runs one prompt through the agent and prints its trajectory row.
 
 Prefect is imported only after the environment is prepared: with no
-``PREFECT_API_URL`` the flow runs on Prefect's local (ephemeral) API, and this
-module sets safe defaults for it unless the user set them.
+``PREFECT_API_URL`` the command line starts Prefect's local API for the run
+(:mod:`flows.local_api`, in its own session) and sets safe defaults for it unless
+the user set them. ``hermes-batch view`` and ``hermes-batch export`` are in
+:mod:`flows.commands`.
 
 Exit codes: 0 every prompt finished (or a ``--pilot`` ran); 1 some prompts failed
 (outputs written); 2 invalid input (nothing was sent to a model; e.g. a
