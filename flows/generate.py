@@ -161,14 +161,10 @@ def _generate_trajectories(**options: Any) -> State:
         failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
         ledger.write_checkpoint()
         ledger.close()
+        facts = {"ran": progress.done, "failed": len(failed)}
         if stop.requested:
-            duration = time.monotonic() - started
             finish_invocation(
-                info,
-                duration_s=round(duration, 3),
-                ran=progress.done,
-                failed=len(failed),
-                stopped=stop.reason,
+                info, duration_s=round(time.monotonic() - started, 3), stopped=stop.reason, **facts
             )
             finished_now = len(ledger.finished & index_of.keys())
             message = (
@@ -180,13 +176,7 @@ def _generate_trajectories(**options: Any) -> State:
 
         merge = merge_task(run_dir, index_of)
         duration = time.monotonic() - started
-        finish_invocation(
-            info,
-            duration_s=round(duration, 3),
-            ran=progress.done,
-            failed=len(failed),
-            budget_reached=budget.reached,
-        )
+        finish_invocation(info, duration_s=round(duration, 3), budget_reached=budget.reached, **facts)
         run_control = {
             "budget": budget.figures(),
             "concurrency": {**limiter.snapshot(), "scope": "flow process"} if limiter else None,

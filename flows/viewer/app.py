@@ -17,11 +17,11 @@ Routes:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import jinja2
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -55,12 +55,28 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _filters(status: str, partial: bool, turn_limit: bool, tool: str, tool_errors: bool, q: str) -> Filters:
+def _filters(
+    status: str = "",
+    partial: bool = False,
+    turn_limit: bool = False,
+    tool: str = "",
+    tool_errors: bool = False,
+    q: str = "",
+) -> Filters:
+    """The list filters of a request's query string (a FastAPI dependency of both pages).
+
+    Raises:
+        HTTPException: 400 for an unknown status.
+    """
     if status and status not in STATUSES:
         raise HTTPException(400, f"unknown status {status!r} (one of {', '.join(STATUSES)})")
     return Filters(
         status=status, partial=partial, turn_limit=turn_limit, tool=tool, tool_errors=tool_errors, q=q.strip()
     )
+
+
+FilterParams = Annotated[Filters, Depends(_filters)]
+"""A page's list filters, read from its query string by :func:`_filters`."""
 
 
 def _query(filters: Filters, **extra: Any) -> str:
@@ -104,16 +120,10 @@ def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | 
     @app.get("/", response_class=HTMLResponse)
     def run_page(
         request: Request,
-        status: str = "",
-        partial: bool = False,
-        turn_limit: bool = False,
-        tool: str = "",
-        tool_errors: bool = False,
-        q: str = "",
+        filters: FilterParams,
         page: int = Query(1, ge=1),
         per_page: int = Query(DEFAULT_PER_PAGE, ge=1, le=MAX_PER_PAGE),
     ):
-        filters = _filters(status, partial, turn_limit, tool, tool_errors, q)
         entries, total = index.page(filters, page, per_page)
         pages = max(1, -(-total // per_page))
         summary = read_summary(run_dir)
@@ -135,17 +145,7 @@ def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | 
         return templates.TemplateResponse(request, "run.html", context)
 
     @app.get("/prompt/{prompt_index}", response_class=HTMLResponse)
-    def trajectory_page(
-        request: Request,
-        prompt_index: int,
-        status: str = "",
-        partial: bool = False,
-        turn_limit: bool = False,
-        tool: str = "",
-        tool_errors: bool = False,
-        q: str = "",
-    ):
-        filters = _filters(status, partial, turn_limit, tool, tool_errors, q)
+    def trajectory_page(request: Request, prompt_index: int, filters: FilterParams):
         entry = index.entry(prompt_index)
         if entry is None:
             raise HTTPException(404, f"no prompt {prompt_index} in this run")
