@@ -49,3 +49,33 @@ def os_error(code: int, err: bytes, path: str) -> OSError:
     if "Not a directory" in message:
         return NotADirectoryError(errno.ENOTDIR, "Not a directory", path)
     return OSError(errno.EIO, message or f"failed with exit code {code}", path)
+
+
+class ScriptedFiles:
+    """``read_file`` / ``write_file`` through :data:`READ_SH` / :data:`WRITE_SH`, for a backend that
+    provides ``_file_script(script, path, data) -> (exit code, stdout bytes, stderr bytes)`` (the
+    script run from the sandbox's cwd with ``$1`` = path, ``data`` on stdin)."""
+
+    def _file_script(self, script: str, path: str, data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        raise NotImplementedError
+
+    def read_file(self, path: str) -> bytes:
+        """Bytes of ``path`` in the sandbox (relative to cwd, ``~`` = $HOME).
+
+        Raises:
+            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open``.
+        """
+        code, out, err = self._file_script(READ_SH, path)
+        if code != 0:
+            raise os_error(code, err, path)
+        return out
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` in the sandbox, creating parent directories.
+
+        Raises:
+            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
+        """
+        code, _, err = self._file_script(WRITE_SH, path, data)
+        if code != 0:
+            raise os_error(code, err, path)

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from hermes_core.environments import ContainerSandbox, ExecResult
-from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
+from hermes_core.environments._scripts import RUN_SH, ScriptedFiles, file_argv
 from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import ConfigError, SandboxError
@@ -56,7 +56,7 @@ def _terminate(sandbox: Any) -> None:
         logger.warning("could not terminate Modal sandbox: %s", exc)
 
 
-class ModalEnvironment(ContainerSandbox):
+class ModalEnvironment(ScriptedFiles, ContainerSandbox):
     """Per-prompt sandbox in a Modal Sandbox.
 
     Args:
@@ -166,6 +166,10 @@ class ModalEnvironment(ContainerSandbox):
             return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)
         return ExecResult(returncode=-1 if code is None else code, output=text, truncated=truncated)
 
+    def _file_script(self, script: str, path: str, data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """A file script (:class:`~hermes_core.environments._scripts.ScriptedFiles`) in the sandbox."""
+        return self._run(file_argv(script, self.cwd, path), data)
+
     def _run(self, argv: list[str], data: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run ``argv`` to the end; (exit code, stdout, stderr). ``data`` goes to stdin."""
         process = self._exec(argv, self.settings.terminal_timeout)
@@ -180,27 +184,6 @@ class ModalEnvironment(ContainerSandbox):
             raise SandboxError(f"Modal exec stream failed: {exc}") from None
         as_bytes = lambda v: v if isinstance(v, bytes) else (v or "").encode()  # noqa: E731
         return (-1 if process.returncode is None else process.returncode), as_bytes(out), as_bytes(err)
-
-    def read_file(self, path: str) -> bytes:
-        """Bytes of ``path`` in the sandbox (relative to cwd, ``~`` = $HOME).
-
-        Raises:
-            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open``.
-        """
-        code, out, err = self._run(file_argv(READ_SH, self.cwd, path))
-        if code != 0:
-            raise os_error(code, err, path)
-        return out
-
-    def write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` in the sandbox, creating parent directories.
-
-        Raises:
-            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
-        """
-        code, _, err = self._run(file_argv(WRITE_SH, self.cwd, path), data)
-        if code != 0:
-            raise os_error(code, err, path)
 
 
 __all__ = ["SANDBOX_LIFETIME_S", "ModalEnvironment"]

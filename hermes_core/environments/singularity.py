@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 
 from hermes_core.environments import ContainerSandbox, ExecResult
-from hermes_core.environments._scripts import READ_SH, RUN_SH, WRITE_SH, file_argv, os_error
+from hermes_core.environments._scripts import RUN_SH, ScriptedFiles, file_argv
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import SandboxError
@@ -54,7 +54,7 @@ def image_uri(image: str) -> str:
     return f"docker://{image}"
 
 
-class SingularityEnvironment(ContainerSandbox):
+class SingularityEnvironment(ScriptedFiles, ContainerSandbox):
     """Per-prompt sandbox in an Apptainer/Singularity instance.
 
     Args:
@@ -180,7 +180,8 @@ class SingularityEnvironment(ContainerSandbox):
         argv = self._exec_argv("sh", "-c", RUN_SH, "hermes", workdir, cwd or self.cwd, command)
         return self._host.execute(shlex.join(argv), timeout=timeout)
 
-    def _run(self, script: str, path: str, data: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def _file_script(self, script: str, path: str, data: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """A file script (:class:`~hermes_core.environments._scripts.ScriptedFiles`) in the instance."""
         argv = self._exec_argv(*file_argv(script, self.cwd, path))
         try:
             done = subprocess.run(
@@ -191,27 +192,6 @@ class SingularityEnvironment(ContainerSandbox):
         except OSError as exc:
             raise SandboxError(f"cannot run {self._binary}: {exc}") from None
         return done.returncode, done.stdout, done.stderr
-
-    def read_file(self, path: str) -> bytes:
-        """Bytes of ``path`` in the instance (relative to cwd, ``~`` = $HOME).
-
-        Raises:
-            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open``.
-        """
-        code, out, err = self._run(READ_SH, path)
-        if code != 0:
-            raise os_error(code, err, path)
-        return out
-
-    def write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path`` in the instance, creating parent directories.
-
-        Raises:
-            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
-        """
-        code, _, err = self._run(WRITE_SH, path, data)
-        if code != 0:
-            raise os_error(code, err, path)
 
 
 __all__ = ["SingularityEnvironment", "find_binary", "image_uri"]
