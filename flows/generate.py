@@ -275,7 +275,7 @@ def _run_prompts(
     Returns:
         The failures of this invocation: ``{prompt_id, prompt_index, error_type, message, attempts}``.
 
-    With the thread pool, ``num_workers`` more prompts wait in the pool's queue, so a thread that
+    With the thread pool (and no spend cap), ``num_workers`` more prompts wait in the pool's queue, so a thread that
     finishes a prompt starts the next at once instead of waiting for this thread to record the
     outcome and submit (bench/ANALYSIS.md); the pool's size still bounds the prompts running.
     A Dask cluster may have more threads than ``num_workers``: it gets exactly ``num_workers``.
@@ -283,7 +283,9 @@ def _run_prompts(
     if stop.requested:
         return []
     runner = prompt_task_runner(config)
-    queued = 0 if config.task_runner == "dask" else config.num_workers
+    # no prompts wait in the pool's queue under a spend cap: the cap then decides for each prompt as
+    # a slot frees, counting only prompts that run (a queued one refused by the cap would be wasted)
+    queued = 0 if config.task_runner == "dask" or budget.capped else config.num_workers
     with runner:
         window = config.num_workers + queued
         return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id, budget)

@@ -369,15 +369,15 @@ class BwrapSandbox:
         with self._lock:
             self._closed = self._ended = True
             proc, info_r, self._info_r = self._proc, self._info_r, None
+            pidfd, self._pidfd = self._pidfd, None  # taken once: close() may run in two threads at once
         if proc is not None and not self._init_pid and info_r is not None:
             self._init_pid = _read_child_pid(info_r)  # closed while starting: learn the init to kill
-        if self._pidfd is not None:
+        if pidfd is not None:
             try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             except OSError:
                 pass
-            os.close(self._pidfd)
-            self._pidfd = None
+            os.close(pidfd)
         elif self._init_pid:
             try:
                 os.kill(self._init_pid, signal.SIGKILL)
