@@ -415,7 +415,12 @@ def test_toolset_draw_is_paired_across_models_and_turn_limits(mock_server, tmp_p
     dataset.write_text("".join(json.dumps({"prompt": f"Paired prompt {i}"}) + "\n" for i in range(12)))
     records = read_dataset(dataset)
     drawn = {}
-    for model, max_turns in [("mock/scripted", 2), ("mock/scripted?latency_ms=1", 2), ("mock/scripted", 3)]:
+    # turns=0: the mock answers at once, so no tool (browser, web ...) runs: only the draw is compared
+    for model, max_turns in [
+        ("mock/scripted?turns=0", 2),
+        ("mock/scripted?turns=0&latency_ms=1", 2),
+        ("mock/scripted?turns=0", 3),
+    ]:
         spec = _spec(mock_server, model, toolsets=None, max_turns=max_turns, distribution="balanced")
         jobs = jobs_of(records, settings_hash=f"{model}|{max_turns}")
         drawn[(model, max_turns)] = [run_prompt(job, spec, SETTINGS).row["toolsets_used"] for job in jobs]
