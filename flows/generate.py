@@ -28,6 +28,7 @@ from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from flows import pilot as pilot_run
 from flows.budget import Budget
@@ -158,7 +159,10 @@ def _generate_trajectories(**options: Any) -> State:
         progress.meter = _meter(config, budget, limiter, total=len(ids))
         progress.open(line=start_line)
         jobs = iter_jobs(dataset, config.settings_hash(), pending)  # in prompt order, read one at a time
-        failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
+        try:
+            failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
+        finally:
+            progress.close()
         ledger.write_checkpoint()
         ledger.close()
         facts = {"ran": progress.done, "failed": len(failed)}
@@ -314,7 +318,9 @@ def _sliding_window(
         job = None if stop.requested or not budget.allows(in_flight) else next(queued, None)
         if job is None:
             return False
-        parameters = {"job": job, "spec": spec, "api_key_secret": config.api_key_secret}
+        # quote: Prefect does not walk the models field by field looking for futures (none are
+        # there); that walk was ~5% of the flow process's CPU at W = 1,024 (bench/ANALYSIS.md)
+        parameters = {"job": quote(job), "spec": quote(spec), "api_key_secret": config.api_key_secret}
         future = runner.submit(task, parameters)
         future.add_done_callback(lambda fut, job=job: done.put((job, fut)))
         return True

@@ -27,6 +27,8 @@ import random
 import secrets
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -180,15 +182,79 @@ MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 60.0
 """Longest ``Retry-After`` honoured as given, seconds; a longer one falls back to the backoff."""
 
-_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
-_clients_lock = threading.Lock()
-
-
 CONNECTION_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=5.0)
-"""Connections of the process's model client: as many as there are prompts in flight. The SDK's
-default (1,000 connections, 100 kept alive) made requests beyond the 1,000th wait a whole call
-for a free connection at W = 1,024 and re-opened a connection for most requests above W = 100
-(bench/ANALYSIS.md); the number of prompts running (``num_workers``) bounds the connections."""
+"""Connections of one HTTP client of the process: no limit (the requests in flight bound them, at
+most :data:`REQUESTS_PER_HTTP_CLIENT` each). The SDK's default (1,000 connections, 100 kept alive)
+made requests beyond the 1,000th wait a whole call for a free connection at W = 1,024 and re-opened
+a connection for most requests above W = 100 (bench/ANALYSIS.md)."""
+
+REQUESTS_PER_HTTP_CLIENT = 32
+"""Most requests in flight on one HTTP client (connection pool) before another client is opened.
+
+httpcore's pool runs a pass over all its connections and waiting requests under one lock at the
+start and at the end of every request (``ConnectionPool._assign_requests_to_connections``): with
+1,024 requests in flight on one pool, 788 of the 1,024 request threads were found waiting for that
+lock and a 10 s model call took 16-22 s at the client (bench/ANALYSIS.md). Pools of at most 32
+keep each pass short; a run of 32 prompts or fewer uses one."""
+
+
+class HttpClients:
+    """The process's HTTP clients to one endpoint, opened as concurrency needs them; safe between threads.
+
+    Args:
+        make: opens one client (an ``openai.OpenAI``, with its own connection pool).
+        per_client: most requests in flight on one client (:data:`REQUESTS_PER_HTTP_CLIENT`).
+
+    :meth:`lease` gives the first client with room, so the connections of a quieter run stay on
+    the first clients and the others' idle connections expire.
+    """
+
+    def __init__(self, make: Callable[[], openai.OpenAI], per_client: int = REQUESTS_PER_HTTP_CLIENT):
+        self._make = make
+        self._per_client = per_client
+        self._clients: list[list] = []  # [client, requests in flight]
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> int:
+        """How many clients were opened."""
+        return len(self._clients)
+
+    @contextmanager
+    def lease(self) -> Iterator[openai.OpenAI]:
+        """A client for one request, counted as in flight on it until the block ends."""
+        with self._lock:
+            entry = next((e for e in self._clients if e[1] < self._per_client), None)
+            if entry is None:
+                entry = [self._make(), 0]
+                self._clients.append(entry)
+            entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            with self._lock:
+                entry[1] -= 1
+
+
+_http_clients: dict[tuple[str, str, float], HttpClients] = {}
+_http_clients_lock = threading.Lock()
+
+
+def http_clients(base_url: str, key: str, timeout: float) -> HttpClients:
+    """The process's :class:`HttpClients` to ``base_url`` with ``key`` (one set per endpoint, key, timeout)."""
+    cache_key = (base_url, key, timeout)
+    with _http_clients_lock:
+        if cache_key not in _http_clients:
+            _http_clients[cache_key] = HttpClients(
+                lambda: openai.OpenAI(
+                    base_url=base_url,
+                    api_key=key,
+                    timeout=timeout,
+                    max_retries=0,
+                    http_client=openai.DefaultHttpxClient(timeout=timeout, limits=CONNECTION_LIMITS),
+                )
+            )
+        return _http_clients[cache_key]
 
 
 class ModelClient:
@@ -221,18 +287,7 @@ class ModelClient:
         self.base_url = base_url
         self.timeout = timeout
         self.max_retries = max_retries
-        key = require_key(base_url, api_key)
-        cache_key = (base_url, key, timeout)
-        with _clients_lock:
-            if cache_key not in _clients:
-                _clients[cache_key] = openai.OpenAI(
-                    base_url=base_url,
-                    api_key=key,
-                    timeout=timeout,
-                    max_retries=0,
-                    http_client=openai.DefaultHttpxClient(timeout=timeout, limits=CONNECTION_LIMITS),
-                )
-            self._client = _clients[cache_key]
+        self.http = http_clients(base_url, require_key(base_url, api_key), timeout)
         self._extra_body = options.extra_body()
         if reports_cost(base_url):
             self._extra_body["usage"] = {"include": True}  # OpenRouter: usage.cost in every answer
@@ -296,6 +351,12 @@ class ModelClient:
             )
         return turn
 
+    def _post(self, body: dict[str, Any], timeout: float) -> httpx.Response:
+        with self.http.lease() as client:
+            return client.post(
+                "/chat/completions", body=body, options={"timeout": timeout}, cast_to=httpx.Response
+            )
+
     def _request(
         self, body: dict[str, Any], timeout: float, deadline: float | None, seen: dict[str, Any]
     ) -> ModelTurn:
@@ -312,11 +373,7 @@ class ModelClient:
             # The SDK's transport and error types without its per-call recursive transform of
             # messages and tools, and without building response models (the raw response, decoded
             # here): 3 ms less CPU per call (bench/ANALYSIS.md).
-            response = cancel.call_interruptibly(
-                lambda: self._client.post(
-                    "/chat/completions", body=body, options={"timeout": timeout}, cast_to=httpx.Response
-                )
-            )
+            response = cancel.call_interruptibly(lambda: self._post(body, timeout))
             seen.update(status=response.status_code, headers=response.headers)
             data = response.json()
         except _NON_RETRYABLE as exc:

@@ -16,8 +16,10 @@ Files under ``data/<run_name>/``:
   with every checkpoint: the run's spend without re-reading the run.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}`` (in ``batch_stats``,
   ``skipped`` counts the failed prompts of a batch: the reference's key, kept for compatibility),
-  rewritten atomically when a batch finishes (at most every :data:`CHECKPOINT_INTERVAL` seconds:
-  it lists every finished prompt, so each write costs O(run size)) and when the ledger closes.
+  rewritten atomically (on one line) when a batch finishes, at most every :data:`CHECKPOINT_INTERVAL`
+  seconds and never more than :data:`CHECKPOINT_COST_MULTIPLE` times its own write time (it lists
+  every finished prompt, so each write costs O(run size): ~0.5 s at 10^6 prompts, written in the
+  flow's dispatcher thread), and when the ledger closes.
 * ``.ledger-index.jsonl`` - one line per closed batch file: its name, size, modification time
   and the prompt ids of its rows, so opening the ledger of a large run reads this file instead of
   every row. A batch file without a matching line (changed, or written by a killed invocation)
@@ -47,7 +49,10 @@ from tasks.spend import SpendTally
 
 INDEX_FILE = ".ledger-index.jsonl"
 CHECKPOINT_INTERVAL = 5.0
-"""Seconds between two checkpoint writes while prompts run (the last one is written at close)."""
+"""Least seconds between two checkpoint writes while prompts run (the last one is written at close)."""
+CHECKPOINT_COST_MULTIPLE = 20.0
+"""The wait after a checkpoint write is at least this many times the write's duration: the
+checkpoint takes at most 1/20 of the dispatcher thread's time, however large the run."""
 # json.dumps escapes every quote inside a string, so this sequence only matches a real key.
 _PROMPT_ID_KEY = b'"prompt_id": "'
 
@@ -127,6 +132,7 @@ class RunLedger:
     _handles: dict[int, Any] = field(default_factory=dict)
     _written: dict[int, list[str]] = field(default_factory=dict)  # ids of rows in open batch files
     _checkpoint_at: float | None = None  # monotonic time of the last checkpoint write
+    _checkpoint_cost: float = 0.0  # seconds the last checkpoint write took
 
     @classmethod
     def open(cls, run_dir: Path, run_name: str) -> RunLedger:
@@ -212,8 +218,8 @@ class RunLedger:
             return False
         number = self._assigned[prompt_id]
         row["metadata"]["batch_num"] = number
-        append_jsonl(self._handle(number), row)
-        self._spent(f"batch_{number}.jsonl", row["metadata"].get("usage"))
+        size = append_jsonl(self._handle(number), row)
+        self._spent(f"batch_{number}.jsonl", row["metadata"].get("usage"), size)
         self._written.setdefault(number, []).append(prompt_id)
         self.rows[prompt_id] = number
         self._resolve(prompt_id, "processed")
@@ -224,8 +230,7 @@ class RunLedger:
         if prompt_id in self.rows or prompt_id in self.discarded:
             return False
         tombstone = {"prompt_id": prompt_id, **tombstone, "batch_num": self._assigned.get(prompt_id)}
-        self._append("discarded.jsonl", {**tombstone, "time": now_iso()})
-        self._spent("discarded.jsonl", tombstone.get("usage"))
+        self._append("discarded.jsonl", {**tombstone, "time": now_iso()}, tombstone.get("usage"))
         self.discarded.add(prompt_id)
         self._resolve(prompt_id, "discarded_no_reasoning")
         return True
@@ -255,8 +260,7 @@ class RunLedger:
             or {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cost": None},
             "time": now_iso(),
         }
-        self._append("failures.jsonl", line)
-        self._spent("failures.jsonl", line["usage"])
+        self._append("failures.jsonl", line, line["usage"])
         self._resolve(prompt_id, "failed")
         return line
 
@@ -269,12 +273,12 @@ class RunLedger:
         self._append(
             "cancelled.jsonl",
             {"prompt_id": prompt_id, "prompt_index": prompt_index, "usage": usage, "time": now_iso()},
+            usage,
         )
-        self._spent("cancelled.jsonl", usage)
 
     def write_checkpoint(self) -> None:
         """Rewrite ``checkpoint.json`` (and ``spend.json``) atomically from the current state."""
-        self._checkpoint_at = time.monotonic()
+        started = time.monotonic()
         if self.spend is not None:
             self.spend.save()
         finished = self.finished
@@ -287,7 +291,10 @@ class RunLedger:
                 "batch_stats": dict(sorted(self.batch_stats.items(), key=lambda kv: int(kv[0]))),
                 "last_updated": now_iso(),
             },
+            indent=None,
         )
+        self._checkpoint_at = time.monotonic()
+        self._checkpoint_cost = self._checkpoint_at - started
 
     def close(self) -> None:
         """Close the open batch files (each gets its line in the index)."""
@@ -322,21 +329,29 @@ class RunLedger:
         }
         if batch.done:
             self._close_batch(number)
-            if self._checkpoint_at is None or time.monotonic() - self._checkpoint_at >= CHECKPOINT_INTERVAL:
+            if self._checkpoint_due():
                 self.write_checkpoint()
 
-    def _spent(self, file_name: str, usage: dict[str, Any] | None) -> None:
+    def _checkpoint_due(self) -> bool:
+        if self._checkpoint_at is None:
+            return True
+        wait = max(CHECKPOINT_INTERVAL, CHECKPOINT_COST_MULTIPLE * self._checkpoint_cost)
+        return time.monotonic() - self._checkpoint_at >= wait
+
+    def _spent(self, file_name: str, usage: dict[str, Any] | None, size: int) -> None:
         if self.spend is not None:
-            self.spend.add(file_name, usage)
+            self.spend.add(file_name, usage, size)
 
     def _handle(self, number: int):
         if number not in self._handles:
             self._handles[number] = open(self.run_dir / f"batch_{number}.jsonl", "ab")
         return self._handles[number]
 
-    def _append(self, name: str, obj: dict[str, Any]) -> None:
+    def _append(self, name: str, obj: dict[str, Any], usage: dict[str, Any] | None) -> None:
+        """Append ``obj`` to ledger file ``name`` and count its ``usage`` in the spend."""
         with open(self.run_dir / name, "ab") as fh:
-            append_jsonl(fh, obj)
+            size = append_jsonl(fh, obj)
+        self._spent(name, usage, size)
 
 
 def row_prompt_id(line: bytes) -> str | None:

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hermes_core.agent import AgentConfig
-from hermes_core.client import ModelClient, ModelOptions
+from hermes_core.client import HttpClients, ModelClient, ModelOptions
 from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.runner import PromptJob, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
@@ -465,8 +465,8 @@ def test_openrouter_requests_ask_for_the_cost_others_do_not(tmp_path):
             client = ModelClient(
                 ModelOptions(model="mock/scripted?cost=0.002"), base_url=base, api_key=SecretStr("k")
             )
-            client._client = openai.OpenAI(
-                base_url=server.base_url, api_key="k", max_retries=0
+            client.http = HttpClients(
+                lambda: openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
             )  # the mock answers
             sent.append(client.complete([{"role": "user", "content": f"cost asked? {base}"}], []))
     bodies = [json.loads(line)["body"] for line in log.read_text().splitlines()]
@@ -512,3 +512,34 @@ def test_ratelimit_headers_hold_the_next_request_until_the_reset():
     first, second = _WindowSpent.arrivals[-2:]
     assert second - first >= 0.95  # held until x-ratelimit-reset-requests passed
     assert limiter.limit == 4 and limiter.rate_limited == 0  # a hold, not a cut
+
+
+def test_concurrent_requests_spread_over_http_clients_of_bounded_size():
+    """70 requests at once through one ModelClient: 3 HTTP clients (32 + 32 + 6), all in flight together."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hermes_core.client import REQUESTS_PER_HTTP_CLIENT
+    from hermes_core.mockllm import MockServer
+
+    assert REQUESTS_PER_HTTP_CLIENT == 32
+    with MockServer() as server:
+        client = ModelClient(
+            ModelOptions(model="mock/scripted?latency_ms=1500"), base_url=server.base_url, api_key=None
+        )
+        messages = [[{"role": "user", "content": f"request {i}"}] for i in range(70)]
+        with ThreadPoolExecutor(70) as pool:
+            turns = list(pool.map(lambda m: client.complete(m, []), messages))
+        assert len(turns) == 70 and all(t.message["role"] == "assistant" for t in turns)
+        assert client.http.opened == 3
+        assert server.stats()["peak_in_flight"] == 70  # no request waited for another's connection
+        client.complete([{"role": "user", "content": "alone"}], [])
+        assert client.http.opened == 3  # a later request reuses an open client
+
+
+def test_http_clients_lease_the_first_client_with_room():
+    opened = []
+    clients = HttpClients(lambda: opened.append(object()) or opened[-1], per_client=2)
+    with clients.lease() as a, clients.lease() as b, clients.lease() as c:
+        assert a is b is opened[0] and c is opened[1]
+    with clients.lease() as d:
+        assert d is opened[0] and clients.opened == 2

@@ -27,6 +27,7 @@ def _lines(path) -> list[dict]:
 
 def test_rows_go_to_planned_batches_and_checkpoint_follows(tmp_path, monkeypatch):
     monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 0.0)  # a checkpoint at every finished batch
+    monkeypatch.setattr("tasks.ledger.CHECKPOINT_COST_MULTIPLE", 0.0)
     ledger = RunLedger.open(tmp_path, "r")
     index_of = {f"id{i}": i for i in range(5)}
     plan = ledger.plan([(i, f"id{i}") for i in range(5)], batch_size=2, index_of=index_of)
@@ -208,3 +209,17 @@ def test_reopen_reads_the_index_not_the_rows_and_rescans_a_changed_file(tmp_path
     with open(tmp_path / INDEX_FILE, "ab") as fh:
         fh.write(b'{"file": "batch_0.js')
     assert RunLedger.open(tmp_path, "r").rows == third.rows
+
+
+def test_a_checkpoint_waits_a_multiple_of_its_own_write_time(tmp_path, monkeypatch):
+    """However often batches finish, the checkpoint (O(run) to write) takes a bounded share of the time."""
+    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 0.0)
+    monkeypatch.setattr("tasks.ledger.CHECKPOINT_COST_MULTIPLE", 1e9)  # any write time: wait "forever"
+    ledger = RunLedger.open(tmp_path, "r")
+    index_of = {f"id{i}": i for i in range(4)}
+    ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=1, index_of=index_of)
+    ledger.record_row("id0", _row("id0", 0))  # the first finished batch writes one
+    ledger.record_row("id1", _row("id1", 1))  # within 1e9 x its write time: not rewritten
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0]
+    ledger.write_checkpoint()  # the end of the run writes it whatever the wait
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0, 1]

@@ -139,6 +139,9 @@ def test_adaptive_concurrency_keeps_under_a_providers_limit(cli, server):
         f"{cli.api_url}/artifacts/filter", json={"artifacts": {"key": {"any_": ["limited-progress"]}}}
     ).json()
     assert artifacts and "limit " in artifacts[0]["description"] and "429s" in artifacts[0]["description"]
+    assert artifacts[0]["data"] == 100 and artifacts[0]["description"].startswith(
+        "48/48 prompts"
+    )  # the final update
     print(f"\nadaptive: {len(refused)} x 429 for {len(served)} served, {throughput:.2f} requests/s")
 
 

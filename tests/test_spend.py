@@ -97,3 +97,21 @@ def test_without_spend_json_everything_is_recomputed(tmp_path):
     tally = SpendTally.load(tmp_path)
     assert sorted(tally.reparsed) == ["batch_1.jsonl", "batch_2.jsonl", "discarded.jsonl", "failures.jsonl"]
     assert _same(tally.total, _expected(range(7)))
+
+
+def test_spend_json_sizes_are_the_files_sizes_across_invocations(tmp_path):
+    """The sizes kept in memory as lines are appended match the files, also when a resume appends to them."""
+    ledger = RunLedger.open(tmp_path, "r")
+    _fill(ledger, range(5))  # batch 2 (id4) stays open: a later invocation appends to it
+    ledger.write_checkpoint()
+    ledger.close()
+    again = RunLedger.open(tmp_path, "r")
+    again.plan([(5, "id5")], batch_size=2, index_of={f"id{i}": i for i in range(6)})
+    again.record_failure("id5", 5, "ModelError", "HTTP 500", attempts=1, usage=_usage(10, 1, 0.01))
+    again.write_checkpoint()
+    again.close()
+    files = json.loads((tmp_path / "spend.json").read_text())["files"]
+    assert files and {name: entry["size"] for name, entry in files.items()} == {
+        name: (tmp_path / name).stat().st_size for name in files
+    }
+    assert RunLedger.open(tmp_path, "r").spend.reparsed == []
