@@ -314,13 +314,16 @@ def _sliding_window(
     failed: list[dict[str, Any]] = []
     give_up_at: float | None = None
 
+    # quote: Prefect does not walk the models field by field looking for futures (none are there);
+    # that walk was ~5% of the flow process's CPU at W = 1,024 (bench/ANALYSIS.md). Not with Dask:
+    # prefect-dask hands the task a quoted parameter as a plain tuple.
+    wrap = quote if config.task_runner != "dask" else (lambda value: value)
+
     def submit_next() -> bool:
         job = None if stop.requested or not budget.allows(in_flight) else next(queued, None)
         if job is None:
             return False
-        # quote: Prefect does not walk the models field by field looking for futures (none are
-        # there); that walk was ~5% of the flow process's CPU at W = 1,024 (bench/ANALYSIS.md)
-        parameters = {"job": quote(job), "spec": quote(spec), "api_key_secret": config.api_key_secret}
+        parameters = {"job": wrap(job), "spec": wrap(spec), "api_key_secret": config.api_key_secret}
         future = runner.submit(task, parameters)
         future.add_done_callback(lambda fut, job=job: done.put((job, fut)))
         return True
