@@ -259,3 +259,23 @@ def test_a_sandbox_started_with_descriptors_above_1024_runs_commands():
     finally:
         for fd in filler:
             os.close(fd)
+
+
+def test_commands_variables_and_folders_reach_the_sandbox_byte_for_byte(tmp_path, monkeypatch):
+    """The agent's NUL-separated command file: '=' in values, empty values, newlines, non-ASCII names."""
+    folder = tmp_path / "dir with spaces é"
+    folder.mkdir()
+    variables = {"A": "x=y=z", "EMPTY": "", "MULTI": "line 1\nline 2", "UNI": "ü ☃"}
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    listed = {"sandbox_env": list(variables)}  # passed on by name (HERMES_SANDBOX_ENV)
+    outputs = []
+    for settings in (ISOLATED.model_copy(update=listed), HermesSettings(local_isolation="none", **listed)):
+        with LocalEnvironment(cwd=str(folder), settings=settings) as env:
+            assert env.isolated == (settings.local_isolation == "bwrap")
+            out = env.execute('printf \'%s|\' "$A" "$EMPTY" "$MULTI" "$UNI" "$PWD"; printf \'a\\nb\'')
+            outputs.append(out.output)
+            with pytest.raises(ValueError, match="null byte"):
+                env.execute("echo a\0b")  # refused before it runs, as subprocess refuses it
+            assert env.execute("echo still alive").output == "still alive\n"
+    assert outputs[0] == outputs[1] == f"x=y=z||line 1\nline 2|ü ☃|{folder}|a\nb"
