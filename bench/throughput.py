@@ -14,7 +14,11 @@ Figures per W: wall seconds, prompts/s, efficiency = ideal / wall with ideal = N
 CPU is its own (all threads; not the tool subprocesses, not the mock server), from just before
 the flow call to process exit (Prefect's exit flush included); the server's is its process tree's
 CPU from the flow's start until it has ingested the run's events, minus its idle rate. The
-baseline's "agent core CPU" (its workers' own CPU / N) is the same work without Prefect.
+baseline's "agent core CPU" (its workers' own CPU / N) is the same work without Prefect. The
+agent core alone (bench/_core_child.py: the same prompts through ``run_prompt`` on W plain
+threads in one process, no Prefect, no ledger) gives the work a prompt costs without
+orchestration; net orchestration CPU = flow + server - agent core, the figure to set against
+Prefect's floor per task.
 
 Heavy-tailed mix: 90% of prompts at ``heavy_fast_ms`` per call, 10% (a seeded choice) at
 ``heavy_slow_ms``, W = 16, batch_size = 10; ours vs the baseline.
@@ -87,17 +91,9 @@ class Bench:
         run_dir = self.root / "runs" / name
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        config = {
-            "dataset_file": str(prompts),
-            "batch_size": batch_size,
-            "run_name": name,
-            "distribution": DIST,
-            "model": model,
-            "base_url": self.mock.base_url,
-            "num_workers": workers,
-            "output_dir": str(self.root / "runs"),
-            **(options or {}),
-        }
+        config = self.config(
+            name, prompts, workers=workers, batch_size=batch_size, model=model, options=options
+        )
         child_spec = {
             "config": config,
             "profile": profile,
@@ -110,6 +106,46 @@ class Bench:
         return self.measure(
             name, n, "bench/_flow_child.py", child_spec, workers, pyspy=pyspy, child_env=child_env
         )
+
+    def config(
+        self,
+        name: str,
+        prompts: Path,
+        *,
+        workers: int,
+        batch_size: int,
+        model: str,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The flow options of a run of ``prompts`` against the mock."""
+        return {
+            "dataset_file": str(prompts),
+            "batch_size": batch_size,
+            "run_name": name,
+            "distribution": DIST,
+            "model": model,
+            "base_url": self.mock.base_url,
+            "num_workers": workers,
+            "output_dir": str(self.root / "runs"),
+            **(options or {}),
+        }
+
+    def core(self, name: str, prompts: Path, n: int, *, workers: int, model: str) -> dict[str, Any]:
+        """The agent core alone on the same prompts (bench/_core_child.py): its CPU per prompt, no orchestration."""
+        warmup = min(4, n // 4)
+        config = self.config(name, prompts, workers=workers, batch_size=n, model=model)
+        child = run_child(
+            ["bench/_core_child.py", json.dumps({"config": config, "warmup": warmup})],
+            self.child_env,
+            self.root / "logs" / f"{name}.log",
+        )
+        r = child.result
+        return {
+            "prompts": r["prompts"],
+            "failed": r["failed"],
+            "wall_s": r["core_wall_s"],
+            "cpu_ms_per_prompt": round(1000 * r["core_cpu_s"] / max(1, r["prompts"]), 2),
+        }
 
     def floor(self, n: int, workers: int, sleep_s: float, persist: bool) -> dict[str, Any]:
         """Prefect's own per-task cost: a flow of n trivial tasks (bench/_floor_child.py)."""
@@ -260,7 +296,13 @@ def scaling(
         ours["ideal_s"] = round(ideal, 2)
         ours["efficiency"] = round(ideal / ours["wall_s"], 3)
         ours["prompts_per_s"] = round(n / ours["wall_s"], 2)
-        row: dict[str, Any] = {"workers": w, "n": n, "ours": ours}
+        log(f"fixed latency W={w} N={n}: the agent core alone")
+        core = bench.core(f"core-w{w}", prompts, n, workers=w, model=model)
+        ours["agent_core_cpu_ms_per_prompt"] = core["cpu_ms_per_prompt"]
+        ours["orchestration_net_cpu_ms_per_prompt"] = round(
+            ours["orchestration_cpu_ms_per_prompt"] - core["cpu_ms_per_prompt"], 2
+        )
+        row: dict[str, Any] = {"workers": w, "n": n, "ours": ours, "core": core}
         if baseline:
             log(f"fixed latency W={w} N={n}: baseline")
             base = bench.baseline(

@@ -178,7 +178,9 @@ def _generate_trajectories(**options: Any) -> State:
             logger.warning("%s", message)
             return Cancelled(message=message)
 
-        merge = merge_task(run_dir, index_of)
+        # quote: Prefect would walk every entry of index_of looking for futures, twice per task
+        # call (~14 s at 10^6 prompts, bench/ANALYSIS.md)
+        merge = merge_task(run_dir, quote(index_of))
         duration = time.monotonic() - started
         finish_invocation(info, duration_s=round(duration, 3), budget_reached=budget.reached, **facts)
         run_control = {
@@ -186,7 +188,7 @@ def _generate_trajectories(**options: Any) -> State:
             "concurrency": {**limiter.snapshot(), "scope": "flow process"} if limiter else None,
         }
         stats = statistics_task(
-            config, merge, index_of, info.total_duration, [f["prompt_id"] for f in failed], run_control
+            config, merge, quote(index_of), info.total_duration, [f["prompt_id"] for f in failed], run_control
         )
         _publish(config, stats, failed, warnings=[isolation] if isolation else [])
         progress.announce(
