@@ -429,7 +429,8 @@ def big_sections(big: dict[str, Any]) -> list[str]:
     dask = (big.get("throughput_dask") or {}).get("experiments", [])
     if dask:
         lines += [
-            "## Scale-out on one machine: threads against `--task_runner=dask --dask_workers=2` (W = 256, 1 s per call)",
+            f"## Scale-out on one machine: threads against `--task_runner=dask --dask_workers=2` (W = {dask[0]['workers']}, "
+            "1 s per call)",
             "",
             "| variant | N | ideal s | ours s | efficiency | flow process CPU ms/prompt | server CPU ms/prompt |",
             "|---|---|---|---|---|---|---|",
