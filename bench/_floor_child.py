@@ -1,7 +1,11 @@
 """Child process: Prefect's own floor, a flow of N trivial tasks (each sleeps ``sleep_s``) on W threads.
 
 Usage: ``python bench/_floor_child.py '{"n": 512, "workers": 64, "sleep_s": 0.2, "persist": false,
-"exit_file": "..."}'`` with ``PREFECT_API_URL`` set. Prints ``BENCH_RESULT {json}`` like
+"like_prompt": false, "exit_file": "..."}'`` with ``PREFECT_API_URL`` set. ``like_prompt``: the
+trivial task gets the prompt task's Prefect options (``cache_key_fn``, a zlib-compressed pickle
+result in a result folder of its own, ``task_run_name`` from a parameter, retries with a retry
+condition) and returns a row of ~11 KB like a trajectory row: what those Prefect features cost,
+without the agent. Prints ``BENCH_RESULT {json}`` like
 bench/_flow_child.py: the per-task CPU that Prefect itself costs, whatever the task does.
 """
 
@@ -39,10 +43,38 @@ def main() -> None:
     import_s = time.perf_counter() - t_import
     sleep_s = spec.get("sleep_s", 0.2)
 
-    @task(name="noop", persist_result=spec.get("persist", False))
-    def noop(i: int) -> int:
-        time.sleep(sleep_s)
-        return i
+    if spec.get("like_prompt"):
+        import hashlib
+        import tempfile
+        from pathlib import Path
+
+        from prefect.serializers import CompressedSerializer
+
+        row = {"conversations": [{"from": "gpt", "value": "x" * 200} for _ in range(50)], "metadata": {}}
+
+        def key(context, parameters):
+            return "floor-" + hashlib.sha256(f"{parameters['i']}|{time.time_ns()}".encode()).hexdigest()[:32]
+
+        @task(
+            name="noop",
+            task_run_name="noop-{i}",
+            cache_key_fn=key,
+            persist_result=True,
+            result_serializer=CompressedSerializer(serializer="pickle", compressionlib="zlib"),
+            result_storage=Path(tempfile.mkdtemp(prefix="floor-results-")),
+            retries=1,
+            retry_condition_fn=lambda task, task_run, state: False,
+        )
+        def noop(i: int) -> dict:
+            time.sleep(sleep_s)
+            return {**row, "prompt_index": i}
+
+    else:
+
+        @task(name="noop", persist_result=spec.get("persist", False))
+        def noop(i: int) -> int:
+            time.sleep(sleep_s)
+            return i
 
     @flow(
         name="prefect-floor",
@@ -51,7 +83,7 @@ def main() -> None:
     )
     def floor(n: int) -> int:
         futures = noop.map(range(n))
-        return sum(f.result() for f in futures)
+        return sum(1 for f in futures if f.result() is not None)
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     floor(spec["n"])

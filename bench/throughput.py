@@ -147,11 +147,24 @@ class Bench:
             "cpu_ms_per_prompt": round(1000 * r["core_cpu_s"] / max(1, r["prompts"]), 2),
         }
 
-    def floor(self, n: int, workers: int, sleep_s: float, persist: bool) -> dict[str, Any]:
-        """Prefect's own per-task cost: a flow of n trivial tasks (bench/_floor_child.py)."""
-        spec = {"n": n, "workers": workers, "sleep_s": sleep_s, "persist": persist}
-        r = self.measure(f"floor-w{workers}", n, "bench/_floor_child.py", spec, workers)
+    def floor(
+        self, n: int, workers: int, sleep_s: float, persist: bool, like_prompt: bool = False
+    ) -> dict[str, Any]:
+        """Prefect's own per-task cost: a flow of n trivial tasks (bench/_floor_child.py).
+
+        ``like_prompt``: the tasks get the prompt task's Prefect options and an ~11 KB result.
+        """
+        spec = {
+            "n": n,
+            "workers": workers,
+            "sleep_s": sleep_s,
+            "persist": persist,
+            "like_prompt": like_prompt,
+        }
+        name = f"floor-w{workers}" + ("-like-prompt" if like_prompt else "")
+        r = self.measure(name, n, "bench/_floor_child.py", spec, workers)
         r["persist_result"] = persist
+        r["like_prompt"] = like_prompt
         r["sleep_s"] = sleep_s
         r["ideal_s"] = round(n * sleep_s / workers, 2)
         r["efficiency"] = round(r["ideal_s"] / r["wall_s"], 3)
@@ -514,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = bench.floor(per_worker * w, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True)
                 figures["prefect_floor"].append(r)
                 log(json.dumps(r))
+                like = bench.floor(per_worker * w, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True)
+                figures.setdefault("prefect_floor_like_prompt", []).append(like)
+                log(json.dumps(like))
         if "memory" in parts:
             figures["memory"] = memory(bench, memory_n, args.memory_latency_ms)
         if args.profile_w:
