@@ -45,29 +45,33 @@ def main() -> None:
 
     if spec.get("like_prompt"):
         import hashlib
+        import os
         import tempfile
         from pathlib import Path
 
-        from prefect.serializers import CompressedSerializer
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from tasks.prompt import run_prompt_task  # the product's task: its serializer, retries, condition
 
         row = {"conversations": [{"from": "gpt", "value": "x" * 200} for _ in range(50)], "metadata": {}}
 
         def key(context, parameters):
             return "floor-" + hashlib.sha256(f"{parameters['i']}|{time.time_ns()}".encode()).hexdigest()[:32]
 
-        @task(
+        def like_prompt(i: int) -> dict:
+            time.sleep(sleep_s)
+            return {**row, "prompt_index": i}
+
+        noop = task(
+            like_prompt,
             name="noop",
             task_run_name="noop-{i}",
             cache_key_fn=key,
             persist_result=True,
-            result_serializer=CompressedSerializer(serializer="pickle", compressionlib="zlib"),
+            result_serializer=run_prompt_task.result_serializer,
             result_storage=Path(tempfile.mkdtemp(prefix="floor-results-")),
-            retries=1,
-            retry_condition_fn=lambda task, task_run, state: False,
+            retries=run_prompt_task.retries,
+            retry_condition_fn=run_prompt_task.retry_condition_fn,
         )
-        def noop(i: int) -> dict:
-            time.sleep(sleep_s)
-            return {**row, "prompt_index": i}
 
     else:
 
