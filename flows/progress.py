@@ -151,7 +151,8 @@ class RunProgress:
             description=f"Prompts finished in this flow run of {self.run_name} ({self.total} to run)",
         )
         self._pusher = LatestOnly(self._update_artifact)
-        self._notify(force=True, line=line)
+        self._last_push = time.monotonic()  # the artifact was just created with these figures
+        self._notify(line=line)
         return self
 
     def close(self) -> None:
@@ -168,23 +169,20 @@ class RunProgress:
             self.tokens += int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
             if usage.get("cost") is not None:
                 self.cost = (self.cost or 0.0) + float(usage["cost"])
-        self._notify(force=self.done == self.total, line=line)
+        self._notify(line=line)
 
     def announce(self, line: str) -> None:
         """Tell the listeners one event line (e.g. the end of the run)."""
         for listener in LISTENERS:
             listener(self, line)
 
-    def _notify(self, force: bool, line: str | None = None) -> None:
+    def _notify(self, line: str | None = None) -> None:
+        """Tell the listeners; offer the artifact its figures at most every PUSH_EVERY_SECONDS (the final
+        figures are sent by :meth:`close`)."""
         for listener in LISTENERS:
             listener(self, line)
-        if self._pusher is None:
-            return
         now = time.monotonic()
-        if force:
-            self._last_push = now
-            self._pusher.send_now(self.percent, self.describe())
-        elif now - self._last_push >= PUSH_EVERY_SECONDS:
+        if self._pusher is not None and now - self._last_push >= PUSH_EVERY_SECONDS:
             self._last_push = now
             self._pusher.offer(self.percent, self.describe())
 
