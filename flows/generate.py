@@ -15,6 +15,7 @@ drains (or cancels) what runs, writes every output and ends Failed named
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from collections.abc import Iterable
@@ -35,7 +36,7 @@ from flows.budget import Budget
 from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key, meter_text
 from flows.stopping import RunStop
-from flows.tuning import limit_malloc_arenas
+from flows.tuning import limit_malloc_arenas, local_dask_cluster_settings
 from hermes_core import cancel
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning
@@ -292,7 +293,9 @@ def _run_prompts(
     # no prompts wait in the pool's queue under a spend cap: the cap then decides for each prompt as
     # a slot frees, counting only prompts that run (a queued one refused by the cap would be wasted)
     queued = 0 if config.task_runner == "dask" or budget.capped else config.num_workers
-    with runner:
+    local_cluster = config.task_runner == "dask" and not config.dask_address
+    # prefect-dask creates the local cluster at the first submit, inside this block
+    with local_dask_cluster_settings() if local_cluster else contextlib.nullcontext(), runner:
         window = config.num_workers + queued
         return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id, budget)
 

@@ -73,3 +73,35 @@ def without_flow_heartbeats() -> Iterator[None]:
 
     with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
         yield
+
+
+DASK_WORKER_CONFIG: dict[str, object] = {
+    # Dask's worker profiler samples every task thread with sys._current_frames() every 10 ms.
+    # On Python 3.11 that call can deadlock the whole interpreter against the garbage collector
+    # (CPython gh-106883, gh-116969; Dask turns its event-loop profiler off on 3.11 for this,
+    # not the worker's): a worker with 128 prompt threads hung for good at W = 256. It also costs
+    # ~10% of the wall time at W = 64, for a profile only the dashboard shows, and the local
+    # cluster runs without one (bench/ANALYSIS.md).
+    "distributed.worker.profile.enabled": False,
+}
+"""Dask settings of the workers of the local cluster the flow starts (``--task_runner=dask``
+without ``--dask_address``); a cluster at ``--dask_address`` keeps its own settings."""
+
+
+@contextlib.contextmanager
+def local_dask_cluster_settings() -> Iterator[None]:
+    """Dask settings in force while the local cluster is created: :data:`DASK_WORKER_CONFIG`.
+
+    Dask's nannies copy the configuration of the flow process when they start the worker
+    processes, so the cluster must be created inside this block. A setting given in the
+    environment (``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED``, Dask's own convention) wins.
+    """
+    import dask
+
+    updates = {
+        key: value
+        for key, value in DASK_WORKER_CONFIG.items()
+        if "DASK_" + key.upper().replace(".", "__").replace("-", "_") not in os.environ
+    }
+    with dask.config.set(updates):
+        yield

@@ -64,3 +64,34 @@ def test_dask_prompts_run_in_the_worker_processes(cli, mock_server):
         pids.add(int(payload["content"]["output"]))
     assert len(rows) == 4 and proc.pid not in pids  # not the flow's process
     assert 1 <= len(pids) <= 2  # the local cluster's worker processes
+
+
+def _worker_profiler_settings(monkeypatch, env: dict[str, str]) -> list:
+    """``distributed.worker.profile.enabled`` as seen in each worker of the flow's local cluster."""
+    import dask
+
+    from flows.config import BatchConfig
+    from flows.generate import prompt_task_runner
+    from flows.tuning import local_dask_cluster_settings
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    config = BatchConfig.from_options(
+        dataset_file="d.jsonl", batch_size=1, run_name="r", task_runner="dask", dask_workers=2, num_workers=2
+    )
+    runner = prompt_task_runner(config)
+    with local_dask_cluster_settings(), runner:
+        seen = runner.client.run(lambda: dask.config.get("distributed.worker.profile.enabled"))
+    assert dask.config.get("distributed.worker.profile.enabled") is True  # the flow process's own is restored
+    return sorted(seen.values())
+
+
+def test_local_cluster_workers_run_without_the_dask_profiler(monkeypatch):
+    # the profiler's sys._current_frames() can deadlock Python 3.11 (flows/tuning.py)
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", raising=False)
+    assert _worker_profiler_settings(monkeypatch, {}) == [False, False]
+
+
+def test_a_dask_profiler_setting_in_the_environment_wins(monkeypatch):
+    seen = _worker_profiler_settings(monkeypatch, {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "True"})
+    assert seen == [True, True]
