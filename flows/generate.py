@@ -36,7 +36,7 @@ from flows.budget import Budget
 from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key, meter_text
 from flows.stopping import RunStop
-from flows.tuning import limit_malloc_arenas, local_dask_cluster_settings
+from flows.tuning import limit_malloc_arenas, local_dask_cluster_settings, tune_garbage_collector
 from hermes_core import cancel
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning
@@ -111,6 +111,7 @@ def _generate_trajectories(**options: Any) -> State:
     logger = get_run_logger()
     started = time.monotonic()
     limit_malloc_arenas()  # before the prompt threads start
+    tune_garbage_collector()  # the modules are imported by now
     scheduled = flow_run.scheduled_start_time
     config = config.for_date(scheduled.date() if scheduled else datetime.now(UTC).date())
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run

@@ -59,3 +59,44 @@ def test_without_flow_heartbeats_turns_prefect_heartbeats_off_inside_only():
     with without_flow_heartbeats():
         assert get_current_settings().flows.heartbeat_frequency is None  # the engine then starts no thread
     assert get_current_settings().flows.heartbeat_frequency == before
+
+
+_GC_STATE = """
+import gc, sys, weakref
+from flows.tuning import tune_garbage_collector
+if sys.argv[1] != "default":
+    gc.set_threshold(*map(int, sys.argv[1].split(",")))
+class Node: pass
+node = Node()
+node.me = node  # garbage that only the collector can free
+freed = weakref.ref(node)
+del node
+print(tune_garbage_collector(), gc.get_threshold(), gc.get_freeze_count() > 0, freed() is None)
+print(tune_garbage_collector(), gc.get_threshold())
+"""
+
+
+def _gc_state(thresholds: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _GC_STATE, thresholds],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return proc.stdout.splitlines()
+
+
+def test_the_collector_is_tuned_once_and_garbage_is_collected_before_the_freeze():
+    from flows.tuning import GC_THRESHOLDS
+
+    first, second = _gc_state("default")
+    # tuned and objects frozen; the garbage cycle was collected first, not frozen for good
+    assert first == f"True {GC_THRESHOLDS} True True"
+    assert second == f"False {GC_THRESHOLDS}"  # a second call changes nothing
+
+
+def test_thresholds_set_by_the_user_win():
+    first, _ = _gc_state("2000,5,5")
+    assert first == "False (2000, 5, 5) False False"  # nothing frozen, nothing collected
