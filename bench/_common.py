@@ -484,3 +484,37 @@ def save_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON (the figures of one benchmark, read by run_all.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+class GcTime:
+    """Time spent in Python's garbage collector from :meth:`install` on, by generation (``gc.callbacks``).
+
+    A collection holds the GIL from its start to its end, so its wall time is CPU time taken from
+    every thread of the process. :meth:`figures`: ``gc_s`` (seconds, generations 0-2) and
+    ``gc_collections`` (counts).
+    """
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._start: float | None = None
+
+    def install(self) -> GcTime:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        import time
+
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            generation = info["generation"]
+            self.seconds[generation] += time.perf_counter() - self._start
+            self.counts[generation] += 1
+            self._start = None
+
+    def figures(self) -> dict[str, Any]:
+        return {"gc_s": [round(s, 3) for s in self.seconds], "gc_collections": list(self.counts)}

@@ -5,7 +5,10 @@ Usage: ``python bench/_floor_child.py '{"n": 512, "workers": 64, "sleep_s": 0.2,
 trivial task gets the prompt task's Prefect options (``cache_key_fn``, a zlib-compressed pickle
 result in a result folder of its own, ``task_run_name`` from a parameter, retries with a retry
 condition) and returns a row of ~11 KB like a trajectory row: what those Prefect features cost,
-without the agent. Prints ``BENCH_RESULT {json}`` like
+without the agent. ``with_core`` (a bench/_core_child.py spec): the agent core's workload on the
+same prompts runs in this process at the same time, on its own W threads, so the flow's Prefect
+machinery shares one GIL with the agent as in a real flow run; ``flow_cpu_s`` then counts both
+(its warm-up prompts run before the clock starts). Prints ``BENCH_RESULT {json}`` like
 bench/_flow_child.py: the per-task CPU that Prefect itself costs, whatever the task does.
 """
 
@@ -89,9 +92,26 @@ def main() -> None:
         futures = noop.map(range(n))
         return sum(1 for f in futures if f.result() is not None)
 
+    background = None
+    if spec.get("with_core"):
+        import threading
+
+        from _core_child import AgentCore
+
+        core = AgentCore(spec["with_core"])
+        core.warm_up()
+        background = threading.Thread(target=core.run, name="agent-core")
+    from _common import GcTime
+
+    gc_time = GcTime().install()
     cpu0, t0 = time.process_time(), time.perf_counter()
+    if background is not None:
+        background.start()
     floor(spec["n"])
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall = time.perf_counter() - t0
+    if background is not None:
+        background.join()
+    cpu = time.process_time() - cpu0
     from _common import emit
 
     emit(
@@ -103,6 +123,7 @@ def main() -> None:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "state": "COMPLETED",
             "message": "",
+            **gc_time.figures(),
         }
     )
 

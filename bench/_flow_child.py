@@ -82,9 +82,12 @@ def apply_patches(names: list[str]) -> None:
       starts, the RSS (now, not peak) after every ``HERMES_BENCH_RSS_EVERY`` (default 250) prompts, and
       stop the run the way a user does (SIGTERM to this process) after ``HERMES_BENCH_STOP_AFTER``
       prompts (unset: never): the set-up and the prompt phase of a large dataset without running it all.
+    * ``cli_console``: the flow runs under the command line's console (:class:`flows.console.LiveProgress`:
+      Prefect's per-task console lines off, a summary line every 10 s), as ``batch_runner.py`` runs it;
+      without it Prefect prints its own console line for every task run, as in a worker's flow run.
 
     Experiments adopted by the product since (bench/ANALYSIS.md F2-F4: zlib results, raw
-    ``client.post``, malloc arenas) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
+    ``client.post``, malloc arenas; the garbage collector's freeze and thresholds) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
     in ``--child-env``.
     """
     import flows.generate as generate
@@ -223,6 +226,9 @@ def main() -> None:
         import tracemalloc
 
         tracemalloc.start(8)
+    from _common import GcTime
+
+    gc_time = GcTime().install()
     cpu0, t0 = time.process_time(), time.perf_counter()
     _FINAL["flow_t0"] = t0
     import contextlib
@@ -230,7 +236,10 @@ def main() -> None:
     from flows.tuning import without_flow_heartbeats
 
     heartbeats = spec.get("heartbeats", True) and "noheartbeat" not in patches
-    with contextlib.nullcontext() if heartbeats else without_flow_heartbeats():
+    from flows.console import LiveProgress
+
+    console = LiveProgress() if "cli_console" in patches else contextlib.nullcontext()
+    with console, contextlib.nullcontext() if heartbeats else without_flow_heartbeats():
         state = generate_trajectories(**config.options(), return_state=True)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     census = spec.get("census")
@@ -282,6 +291,7 @@ def main() -> None:
             },
             "state": state.type.value,
             "message": state.message,
+            **gc_time.figures(),
         }
     )
 

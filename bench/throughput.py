@@ -148,11 +148,19 @@ class Bench:
         }
 
     def floor(
-        self, n: int, workers: int, sleep_s: float, persist: bool, like_prompt: bool = False
+        self,
+        n: int,
+        workers: int,
+        sleep_s: float,
+        persist: bool,
+        like_prompt: bool = False,
+        with_core: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Prefect's own per-task cost: a flow of n trivial tasks (bench/_floor_child.py).
 
         ``like_prompt``: the tasks get the prompt task's Prefect options and an ~11 KB result.
+        ``with_core``: the flow config (:meth:`config`) whose prompts the agent core runs in the
+        same process meanwhile (the floor under the agent's load on one GIL).
         """
         spec = {
             "n": n,
@@ -161,10 +169,17 @@ class Bench:
             "persist": persist,
             "like_prompt": like_prompt,
         }
-        name = f"floor-w{workers}" + ("-like-prompt" if like_prompt else "")
+        if with_core:
+            spec["with_core"] = {"config": with_core, "warmup": min(4, n // 4)}
+        name = (
+            f"floor-w{workers}"
+            + ("-like-prompt" if like_prompt else "")
+            + ("-with-core" if with_core else "")
+        )
         r = self.measure(name, n, "bench/_floor_child.py", spec, workers)
         r["persist_result"] = persist
         r["like_prompt"] = like_prompt
+        r["with_core"] = bool(with_core)
         r["sleep_s"] = sleep_s
         r["ideal_s"] = round(n * sleep_s / workers, 2)
         r["efficiency"] = round(r["ideal_s"] / r["wall_s"], 3)
@@ -236,6 +251,9 @@ class Bench:
             "orchestration_cpu_ms_per_prompt": round(1000 * (flow_cpu + server_cpu) / n, 2),
             "flow_cpu_ms_per_prompt": round(1000 * flow_cpu / n, 2),
             "server_cpu_ms_per_prompt": round(1000 * server_cpu / n, 2),
+            # the flow process's garbage collections (all generations), part of its CPU
+            "flow_gc_ms_per_prompt": round(1000 * sum(r.get("gc_s", [0.0])) / n, 2),
+            "flow_gc_collections": r.get("gc_collections"),
             "peak_rss_mb": max(r["peak_rss_mb"], at_exit.get("peak_rss_mb", 0)),
             "peak_rss_prompt_phase_mb": r.get("peak_rss_prompt_phase_mb"),
             "mock_cpu_ms_per_prompt": round(1000 * mock_cpu / n, 2),
@@ -530,6 +548,17 @@ def main(argv: list[str] | None = None) -> int:
                 like = bench.floor(per_worker * w, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True)
                 figures.setdefault("prefect_floor_like_prompt", []).append(like)
                 log(json.dumps(like))
+                if w == 64:  # the floor sharing its process (one GIL) with the agent core, as a flow run does
+                    n = per_worker * w
+                    prompts = root / "datasets" / f"fixed-{n}.jsonl"
+                    write_prompts(prompts, n)
+                    model = f"mock/scripted?latency_ms={args.latency_ms}&turns=2"
+                    core = bench.config(f"core-shared-w{w}", prompts, workers=w, batch_size=n, model=model)
+                    shared = bench.floor(
+                        n, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True, with_core=core
+                    )
+                    figures.setdefault("prefect_floor_with_core", []).append(shared)
+                    log(json.dumps(shared))
         if "memory" in parts:
             figures["memory"] = memory(bench, memory_n, args.memory_latency_ms)
         if args.profile_w:
