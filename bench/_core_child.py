@@ -27,17 +27,20 @@ class AgentCore:
 
     :meth:`warm_up` runs the first ``warmup`` prompts (not counted), :meth:`run` the others and
     returns how many failed. Used alone by this child and, in bench/_floor_child.py
-    (``with_core``), beside Prefect's floor in one process.
+    (``with_core``), beside Prefect's floor in one process. The process's garbage collector is
+    tuned as the flow process tunes its own.
     """
 
     def __init__(self, spec: dict) -> None:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from flows.config import BatchConfig
+        from flows.tuning import tune_garbage_collector
         from hermes_core.runner import run_prompt
         from hermes_core.settings import HermesSettings
         from tasks.dataset import read_dataset
         from tasks.run_setup import iter_jobs
 
+        tune_garbage_collector()  # as the flow process tunes its own at its start
         config = BatchConfig.from_options(**spec["config"])
         self._run_prompt = run_prompt
         self._spec = config.run_spec().model_copy(update={"run_id": "bench-core"})
@@ -64,9 +67,6 @@ class AgentCore:
 
 def main() -> None:
     core = AgentCore(json.loads(sys.argv[1]))
-    from flows.tuning import tune_garbage_collector
-
-    tune_garbage_collector()  # as the flow process does at its start (the same agent, the same process tuning)
     core.warm_up()
     cpu0, t0 = time.process_time(), time.perf_counter()
     failed = core.run()

@@ -231,6 +231,36 @@ def targets_table(tp: dict | None, rs: dict | None, pp: dict | None, big: dict |
     return rows
 
 
+def floor_under_load(tp: dict) -> list[str]:
+    """Prefect's floor with the prompt task's options, alone and sharing its process with the agent core."""
+    lines = []
+    cores = {r["workers"]: r for r in tp.get("scaling", []) if r.get("core")}
+    shared = {f["workers"]: f for f in tp.get("prefect_floor_with_core", [])}
+    for like in tp.get("prefect_floor_like_prompt", []):
+        w = like["workers"]
+        text = (
+            f"The same floor with the prompt task's Prefect options and an ~11 KB result (`like_prompt`), W = {w}: "
+            f"{like['orchestration_cpu_ms_per_prompt']} ms per task ({like['flow_cpu_ms_per_prompt']} + "
+            f"{like['server_cpu_ms_per_prompt']}); flow process garbage collection {like.get('flow_gc_ms_per_prompt', '-')} ms."
+        )
+        s, row = shared.get(w), cores.get(w)
+        if s and row:
+            core = row["core"]["cpu_ms_per_prompt"]
+            ours = row["ours"]
+            alone = like["flow_cpu_ms_per_prompt"] + core
+            text += (
+                f" Sharing its process with the agent core on the same prompts (W more threads, one GIL): flow "
+                f"{s['flow_cpu_ms_per_prompt']} ms per task against {alone:.2f} for the two apart (floor "
+                f"{like['flow_cpu_ms_per_prompt']} + agent core {core}): **{s['flow_cpu_ms_per_prompt'] - alone:+.2f} ms of "
+                f"contention**. Our flow process: {ours['flow_cpu_ms_per_prompt']} ms per prompt, "
+                f"{ours['flow_cpu_ms_per_prompt'] - s['flow_cpu_ms_per_prompt']:+.2f} ms against that shared floor; "
+                f"server {ours['server_cpu_ms_per_prompt']} against {s['server_cpu_ms_per_prompt']}; garbage collection "
+                f"{ours.get('flow_gc_ms_per_prompt', '-')} ms against {s.get('flow_gc_ms_per_prompt', '-')}."
+            )
+        lines += [text, ""]
+    return lines
+
+
 def _load_note(start: list[float]) -> list[str]:
     """A warning when the machine was busy before the benchmarks started (1-minute load average above 1;
     at the end the load is the benchmarks' own)."""
@@ -338,6 +368,7 @@ def render(
                 f"ms CPU per task ({f['flow_cpu_ms_per_prompt']} client + {f['server_cpu_ms_per_prompt']} server).",
                 "",
             ]
+        lines += floor_under_load(tp)
         if tp.get("memory"):
             lines += [
                 "Flow process memory, W = 256 (`ru_maxrss`; prompt phase = the peak when the merge starts; "
