@@ -28,8 +28,12 @@ at the same CPU (2 arenas cost ~3 ms CPU per prompt); bench/ANALYSIS.md."""
 
 _M_ARENA_MAX = -8  # glibc malloc.h
 
-GC_THRESHOLDS = (10_000, 10, 10)
-"""The garbage collector's thresholds in the flow process (Python's default: 700, 10, 10)."""
+GC_THRESHOLDS = (10_000, 4, 1)
+"""The garbage collector's thresholds in the flow process (Python's default: 700, 10, 10): a young
+collection every 10,000 allocations, a middle one every 5 young ones, a full one every 2 middle
+ones. The full collections stay about as frequent as Python's (whose long-lived rule held them back
+while the modules' objects counted): with ``(10_000, 10, 10)`` garbage that outlived a prompt piled
+up between full collections, 351 MB of peak RSS at 4,000 prompts and 256 workers against 294."""
 
 _PYTHON_GC_THRESHOLDS = (700, 10, 10)
 
@@ -68,9 +72,9 @@ def tune_garbage_collector() -> bool:
     """Make the flow process's garbage collections cheaper: freeze what exists, collect young objects less often.
 
     A run allocates fast (trajectories, SDK and Prefect models on hundreds of threads) and Python
-    started a young collection every 700 allocations and, each tenth time, walked every object of
-    Prefect, pydantic, openai and polars too: 1.4-1.7 s of collections for 512 prompts at 64
-    workers, 3 ms of CPU per prompt, each holding the GIL (bench/ANALYSIS.md). This collects once,
+    started a young collection every 700 allocations; its full collections walked every object of
+    Prefect, pydantic, openai and polars too: ~3 ms of CPU per prompt at 64 and 256 workers, each
+    collection holding the GIL, about half of it saved (bench/ANALYSIS.md). This collects once,
     moves every surviving object to the permanent generation (``gc.freeze``: they are never walked
     again, and are still freed by reference counting) and sets :data:`GC_THRESHOLDS`. Call it
     once the modules are imported (the flow does at its start). Thresholds changed by the user (or
