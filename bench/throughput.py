@@ -18,7 +18,10 @@ baseline's "agent core CPU" (its workers' own CPU / N) is the same work without 
 agent core alone (bench/_core_child.py: the same prompts through ``run_prompt`` on W plain
 threads in one process, no Prefect, no ledger) gives the work a prompt costs without
 orchestration; net orchestration CPU = flow + server - agent core, the figure to set against
-Prefect's floor per task.
+Prefect's floor per task. The floor part measures, per W, Prefect's floor (trivial tasks), the
+same with the prompt task's options (``like_prompt``) and, at W = 64, that floor sharing its
+process with the agent core (``prefect_floor_with_core``): what one GIL costs Prefect's engine.
+Every flow process also reports its garbage collections (``flow_gc_ms_per_prompt``).
 
 Heavy-tailed mix: 90% of prompts at ``heavy_fast_ms`` per call, 10% (a seeded choice) at
 ``heavy_slow_ms``, W = 16, batch_size = 10; ours vs the baseline.
