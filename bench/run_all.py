@@ -95,6 +95,15 @@ def _ok(met: bool | None) -> str:
     return "n/a" if met is None else ("**met**" if met else "**missed**")
 
 
+def _shared_efficiency(shared: dict | None) -> str:
+    """The efficiency of Prefect's floor sharing its process with the agent core (``""`` when not measured)."""
+    if not shared:
+        return ""
+    return (
+        f"; that floor with the agent core in its process (one GIL, no code of ours) {shared['efficiency']}"
+    )
+
+
 def targets_table(tp: dict | None, rs: dict | None, pp: dict | None, big: dict | None = None) -> list[str]:
     """Markdown rows: target, figure reached, verdict (``big``: the parts of the full run only)."""
     rows = ["| target | reached | |", "|---|---|---|"]
@@ -107,10 +116,12 @@ def targets_table(tp: dict | None, rs: dict | None, pp: dict | None, big: dict |
         return None
 
     floor_eff = {f["workers"]: f["efficiency"] for f in (tp or {}).get("prefect_floor", [])}
+    shared = {f["workers"]: f for f in (tp or {}).get("prefect_floor_with_core", [])}
     for w, key in ((64, "eff64"), (256, "eff256")):
         r = scaling_row(w)
         eff = r["ours"]["efficiency"] if r else None
         context = f"; Prefect's floor (trivial tasks, same run) {floor_eff[w]}" if w in floor_eff else ""
+        context += _shared_efficiency(shared.get(w))
         rows.append(
             f"| efficiency >= {TARGETS[key]} at W = {w} | {eff if eff is not None else '-'} "
             f"(N = {r['n'] if r else '-'}){context} | {_ok(None if eff is None else eff >= TARGETS[key])} |"
@@ -133,17 +144,26 @@ def targets_table(tp: dict | None, rs: dict | None, pp: dict | None, big: dict |
             if net is not None
             else ""
         )
+        s = shared.get(r["workers"])
+        shared_text = (
+            f"; against that floor sharing its process with the agent core on the same prompts: "
+            f"{s['orchestration_cpu_ms_per_prompt']} ms, {total / s['orchestration_cpu_ms_per_prompt']:.2f} x"
+            if s
+            else ""
+        )
         rows.append(
             f"| orchestration CPU per prompt (flow + server) <= {TARGETS['orch_floor_ratio']} x Prefect's floor per "
             f"task, same run, W = {r['workers']} | {total} ms against a floor of {floor} ms: {total / floor:.2f} x"
-            f"{net_text} | {_ok(total <= TARGETS['orch_floor_ratio'] * floor)} |"
+            f"{net_text}{shared_text} | {_ok(total <= TARGETS['orch_floor_ratio'] * floor)} |"
         )
     w1024 = (big.get("throughput_1024") or {}).get("experiments", [])
     floor1024 = [f["efficiency"] for f in (big.get("floor_1024") or {}).get("prefect_floor", [])]
+    shared1024 = (big.get("floor_1024") or {}).get("prefect_floor_with_core", [])
     for e in w1024:
         ideal = 3 * 10.0 * e["n"] / e["workers"]
         eff = round(ideal / e["wall_s"], 3)
         context = f"; Prefect's floor (trivial tasks, W = 1,024) {floor1024[0]}" if floor1024 else ""
+        context += _shared_efficiency(shared1024[0] if shared1024 else None)
         rows.append(
             f"| efficiency >= {TARGETS['eff1024']} at W = 1,024, 10 s per call (variant `{e['variant']}`) | {eff} "
             f"(N = {e['n']}){context} | {_ok(eff >= TARGETS['eff1024'])} |"

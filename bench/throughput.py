@@ -19,8 +19,9 @@ agent core alone (bench/_core_child.py: the same prompts through ``run_prompt`` 
 threads in one process, no Prefect, no ledger) gives the work a prompt costs without
 orchestration; net orchestration CPU = flow + server - agent core, the figure to set against
 Prefect's floor per task. The floor part measures, per W, Prefect's floor (trivial tasks), the
-same with the prompt task's options (``like_prompt``) and, at W = 64, that floor sharing its
-process with the agent core (``prefect_floor_with_core``): what one GIL costs Prefect's engine.
+same with the prompt task's options (``like_prompt``) and that floor sharing its process with
+the agent core on the same prompts (``prefect_floor_with_core``): what one GIL costs Prefect's
+engine, and the efficiency and CPU a flow run's prompts could reach with no code of ours.
 Every flow process also reports its garbage collections (``flow_gc_ms_per_prompt``).
 
 Heavy-tailed mix: 90% of prompts at ``heavy_fast_ms`` per call, 10% (a seeded choice) at
@@ -551,17 +552,17 @@ def main(argv: list[str] | None = None) -> int:
                 like = bench.floor(per_worker * w, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True)
                 figures.setdefault("prefect_floor_like_prompt", []).append(like)
                 log(json.dumps(like))
-                if w == 64:  # the floor sharing its process (one GIL) with the agent core, as a flow run does
-                    n = per_worker * w
-                    prompts = root / "datasets" / f"fixed-{n}.jsonl"
-                    write_prompts(prompts, n)
-                    model = f"mock/scripted?latency_ms={args.latency_ms}&turns=2"
-                    core = bench.config(f"core-shared-w{w}", prompts, workers=w, batch_size=n, model=model)
-                    shared = bench.floor(
-                        n, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True, with_core=core
-                    )
-                    figures.setdefault("prefect_floor_with_core", []).append(shared)
-                    log(json.dumps(shared))
+                # the floor sharing its process (one GIL) with the agent core, as a flow run does
+                n = per_worker * w
+                prompts = root / "datasets" / f"fixed-{n}.jsonl"
+                write_prompts(prompts, n)
+                model = f"mock/scripted?latency_ms={args.latency_ms}&turns=2"
+                core = bench.config(f"core-shared-w{w}", prompts, workers=w, batch_size=n, model=model)
+                shared = bench.floor(
+                    n, w, CALLS_PER_PROMPT * args.latency_ms / 1000, True, True, with_core=core
+                )
+                figures.setdefault("prefect_floor_with_core", []).append(shared)
+                log(json.dumps(shared))
         if "memory" in parts:
             figures["memory"] = memory(bench, memory_n, args.memory_latency_ms)
         if args.profile_w:
