@@ -101,8 +101,12 @@ class Agent:
     config: AgentConfig = field(default_factory=AgentConfig)
     messages: list[dict[str, Any]] = field(default_factory=list)
     api_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
     _bad_calls_in_a_row: int = 0
+
+    @property
+    def usage(self) -> Usage:
+        """The prompt's usage so far: this loop's model calls and those its tools made (``ctx.usage``)."""
+        return self.ctx.usage
 
     def run(self, prompt: str) -> AgentResult:
         """Run the loop on ``prompt`` from a fresh conversation.
@@ -143,7 +147,7 @@ class Agent:
         self._time_left()
         turn = self.client.complete(self._request_messages(), self._schemas, deadline=self.ctx.deadline)
         self.api_calls += 1
-        self.usage.add(turn.usage)
+        self.ctx.add_usage(turn.usage)
         self.messages.append(turn.message)
         if turn.message["finish_reason"] == "length":
             raise OutputTruncated("the response was cut by the length limit")

@@ -152,7 +152,10 @@ def run_prompt(
     try:
         with tracked(env), env:  # registered before it starts: a cancel during start still removes it
             endpoint = ModelEndpoint(
-                base_url=client.base_url, api_key=settings.api_key, model=spec.model.model
+                base_url=client.base_url,
+                api_key=settings.api_key,
+                model=spec.model.model,
+                limiter=client.limiter,
             )
             ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
             try:

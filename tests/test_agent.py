@@ -12,6 +12,7 @@ import pytest
 from hermes_core.agent import AgentConfig
 from hermes_core.client import HttpClients, ModelClient, ModelOptions
 from hermes_core.exceptions import ModelError, PromptTimeout
+from hermes_core.mockllm import MockServer
 from hermes_core.runner import PromptJob, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
@@ -543,3 +544,24 @@ def test_http_clients_lease_the_first_client_with_room():
         assert a is b is opened[0] and c is opened[1]
     with clients.lease() as d:
         assert d is opened[0] and clients.opened == 2
+
+
+def test_tool_side_model_calls_count_in_the_prompt_usage_and_take_the_run_limiter():
+    # mixture_of_agents asks two reference models in parallel, then the aggregator, all at the
+    # run's endpoint: 5 requests of 0.001 USD, never more than the run's limit (1) in flight
+    refs = ["mock/a?latency_ms=300&cost=0.001", "mock/b?latency_ms=300&cost=0.001"]
+    settings = HermesSettings(api_key=None, max_retries=0, request_timeout=30, moa_reference_models=refs)
+    with MockServer() as server:
+        spec = _spec(
+            server, "mock/scripted?scenario=moa&cost=0.001", toolsets=("moa",), max_requests_in_flight=1
+        )
+        spec = spec.model_copy(update={"run_name": "aux-usage"})
+        started = time.monotonic()
+        outcome = run_prompt(_job("Which is larger, 2^10 or 10^3?"), spec, settings)
+        elapsed = time.monotonic() - started
+        stats = server.stats()
+    assert outcome.row["tool_stats"]["mixture_of_agents"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["requests"] == 5 and stats["peak_in_flight"] == 1
+    assert elapsed >= 0.6  # the two 0.3 s reference calls waited for each other's slot
+    assert outcome.usage["cost"] == pytest.approx(0.005)
+    assert outcome.row["metadata"]["usage"] == outcome.usage

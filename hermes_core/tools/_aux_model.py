@@ -7,7 +7,9 @@ else the model API key) win; otherwise the run's endpoint and key from
 any OpenAI-compatible provider gets vision and MoA with no extra setting. The
 model id is the tool's setting, else the run's model. Calls go through
 :class:`hermes_core.client.ModelClient` (the openai SDK's retries, ``Retry-After``
-honoured, provider messages in errors).
+honoured, provider messages in errors). A call to the run's endpoint takes a slot of the
+run's request limiter; every answered call's usage is added to the prompt's
+(``ToolContext.add_usage``), so the row, the ledger and the spend cap count it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import SecretStr
 from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.endpoints import is_local_endpoint
 from hermes_core.exceptions import ConfigError, ModelError
+from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.tools._registry import ToolContext
 
 _THINK = re.compile(r"<(think|REASONING_SCRATCHPAD)>.*?</\1>\s*", re.DOTALL)
@@ -32,11 +35,12 @@ class AuxModelError(Exception):
 
 @dataclass(frozen=True)
 class AuxEndpoint:
-    """Where an auxiliary call goes: endpoint, key and model id."""
+    """Where an auxiliary call goes: endpoint, key, model id and the limiter of its requests (or None)."""
 
     base_url: str
     api_key: SecretStr | None
     model: str
+    limiter: ConcurrencyLimiter | None = None
 
 
 def own_endpoint_problem(
@@ -64,7 +68,8 @@ def resolve(
     model_id = model or (run.model if run else None)
     if not model_id:
         raise AuxModelError("no model id: set the tool's model setting")
-    return AuxEndpoint(url, key, model_id)
+    limiter = run.limiter if run and not base_url else None  # the tool's own endpoint is not the run's
+    return AuxEndpoint(url, key, model_id, limiter)
 
 
 def complete(ctx: ToolContext, endpoint: AuxEndpoint, messages: list[dict[str, Any]], timeout: float) -> str:
@@ -80,10 +85,12 @@ def complete(ctx: ToolContext, endpoint: AuxEndpoint, messages: list[dict[str, A
             api_key=endpoint.api_key,
             timeout=timeout,
             max_retries=ctx.settings.max_retries,
+            limiter=endpoint.limiter,
         )
         turn = client.complete(messages, [], timeout=ctx.bound_timeout(timeout), deadline=ctx.deadline)
     except (ConfigError, ModelError) as exc:
         raise AuxModelError(f"{endpoint.model}: {exc}") from None
+    ctx.add_usage(turn.usage)
     text = _THINK.sub("", turn.message.get("content") or "").strip()
     if not text:
         raise AuxModelError(f"{endpoint.model} returned an empty answer")

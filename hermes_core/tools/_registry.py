@@ -15,6 +15,7 @@ import functools
 import inspect
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,10 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, create_model
 
+from hermes_core.client import Usage
 from hermes_core.environments import Environment
 from hermes_core.exceptions import PromptTimeout, ToolError
+from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.redaction import redact
 from hermes_core.settings import HermesSettings
 
@@ -39,11 +42,14 @@ class ModelEndpoint:
         base_url: OpenAI-compatible endpoint of the run (the built-in mock server for ``mock/`` models).
         api_key: the run's key (None for local endpoints that need none).
         model: the run's model id.
+        limiter: the run's limit on requests in flight to ``base_url`` (None: no limit); an
+            auxiliary call to this endpoint takes a slot of it like the agent's own calls.
     """
 
     base_url: str
     api_key: SecretStr | None
     model: str
+    limiter: ConcurrencyLimiter | None = None
 
 
 @dataclass
@@ -57,6 +63,9 @@ class ToolContext:
         state: per-prompt state owned by tools (e.g. background processes), keyed by tool name.
         cleanups: callables run by :meth:`close` before the environment is torn down.
         model_endpoint: the run's model endpoint, key and id (None outside a run).
+        usage: the prompt's token usage and cost so far: the agent's model calls and the model
+            calls tools make themselves (vision, moa, browser), added with :meth:`add_usage`;
+            the prompt's row, its ledger line and the run's spend cap count all of it.
     """
 
     env: Environment
@@ -65,6 +74,13 @@ class ToolContext:
     model_endpoint: ModelEndpoint | None = None
     state: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], None]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    _usage_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count one model call's usage towards the prompt (thread-safe: moa asks its models in parallel)."""
+        with self._usage_lock:
+            self.usage.add(usage)
 
     def bound_timeout(self, seconds: float) -> float:
         """Clamp a tool timeout (seconds) to the time left before the prompt's deadline.
