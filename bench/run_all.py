@@ -470,12 +470,19 @@ def big_sections(big: dict[str, Any]) -> list[str]:
                 f"{e['orchestration_cpu_ms_per_prompt']} ({e['flow_cpu_ms_per_prompt']} + {e['server_cpu_ms_per_prompt']}) | "
                 f"{e['peak_rss_mb']:.0f} |"
             )
-        for f in (big.get("floor_1024") or {}).get("prefect_floor", []):
-            lines.append(
-                f"| Prefect's floor: {f['n']} trivial tasks sleeping {f['sleep_s']:g} s | {f['n']} | {f['ideal_s']:g} | "
-                f"{f['wall_s']} | {f['efficiency']} | {f['orchestration_cpu_ms_per_prompt']} "
-                f"({f['flow_cpu_ms_per_prompt']} + {f['server_cpu_ms_per_prompt']}) | {f['peak_rss_mb']:.0f} |"
-            )
+        floors = big.get("floor_1024") or {}
+        labels = {
+            "prefect_floor": "Prefect's floor: {n} trivial tasks sleeping {s:g} s",
+            "prefect_floor_like_prompt": "the same with the prompt task's options (`like_prompt`)",
+            "prefect_floor_with_core": "`like_prompt` sharing its process with the agent core (2 x 1,024 threads)",
+        }
+        for key, label in labels.items():
+            for f in floors.get(key, []):
+                lines.append(
+                    f"| {label.format(n=f['n'], s=f['sleep_s'])} | {f['n']} | {f['ideal_s']:g} | "
+                    f"{f['wall_s']} | {f['efficiency']} | {f['orchestration_cpu_ms_per_prompt']} "
+                    f"({f['flow_cpu_ms_per_prompt']} + {f['server_cpu_ms_per_prompt']}) | {f['peak_rss_mb']:.0f} |"
+                )
         lines.append("")
     dask = (big.get("throughput_dask") or {}).get("experiments", [])
     if dask:
