@@ -59,7 +59,12 @@ def settings(**values) -> HermesSettings:
 
 
 def labelled(client: docker.DockerClient, run: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"})
+    """The containers labelled with run name ``run``.
+
+    The SDK lists the ids, then inspects each: a container removed in between (a run reaping or
+    retrying a sandbox while a test polls) is left out instead of raising NotFound.
+    """
+    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"}, ignore_removed=True)
 
 
 def test_container_per_prompt_with_labels_limits_cwd_and_teardown(engine):
@@ -210,7 +215,9 @@ def test_missing_image_fails_clearly_and_pull_failures_name_the_image(engine):
 
 
 def by_run_id(client: docker.DockerClient, run_id: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})
+    return client.containers.list(
+        all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}, ignore_removed=True
+    )
 
 
 def test_reap_removes_only_the_containers_of_that_run_folder(engine):
@@ -235,6 +242,37 @@ def test_reap_removes_only_the_containers_of_that_run_folder(engine):
         for env in envs:
             env.close()  # a container already reaped is fine
     assert by_run_id(engine, other) == []
+
+
+def test_reap_while_another_process_removes_the_same_containers(engine):
+    """A container removed between the engine's listing and its inspection is not an engine failure.
+
+    An earlier invocation still tearing down its containers while the next one starts is how this
+    happens in a run; before the fix every trial raised EngineUnavailable ("404 No such container").
+    """
+    for trial in range(3):
+        run_id = f"race-{trial}-{secrets.token_hex(4)}"
+        made = [
+            engine.containers.create(BUSYBOX, command=["sleep", "60"], labels={LABEL_RUN_ID: run_id})
+            for _ in range(30)
+        ]
+
+        def remove_them(made=made):
+            for container in made:
+                try:
+                    container.remove(force=True)
+                except docker.errors.APIError:  # removed already, or the reaper's removal in progress
+                    pass
+
+        remover = threading.Thread(target=remove_them)
+        remover.start()
+        passes = 0
+        while remover.is_alive():
+            reap_run_containers(run_id)  # raised EngineUnavailable before
+            passes += 1
+        remover.join()
+        reap_run_containers(run_id)
+        assert passes >= 1 and by_run_id(engine, run_id) == []
 
 
 def test_exec_environment_is_the_image_env_plus_the_listed_names(engine, monkeypatch):

@@ -116,7 +116,11 @@ def reap_run_containers(run_id: str) -> list[str]:
         raise ValueError("reap_run_containers needs the run folder's run_id (empty given)")
     client = docker_client()
     try:
-        found = client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"})
+        # ignore_removed: one removed between the SDK's listing and its inspection (an earlier
+        # invocation still tearing down) is not an engine failure
+        found = client.containers.list(
+            all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}, ignore_removed=True
+        )
     except ENGINE_ERRORS as exc:
         raise EngineUnavailable(f"cannot list containers: {exc}") from None
     removed = []
