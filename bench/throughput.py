@@ -21,7 +21,7 @@ orchestration; net orchestration CPU = flow + server - agent core, the figure to
 Prefect's floor per task. The floor part measures, per W, Prefect's floor (trivial tasks), the
 same with the prompt task's options (``like_prompt``) and that floor sharing its process with
 the agent core on the same prompts (``prefect_floor_with_core``): what one GIL costs Prefect's
-engine, and the efficiency and CPU a flow run's prompts could reach with no code of ours.
+engine, and an estimate (with 2 x W threads) of what a flow run could reach with no code of ours.
 Every flow process also reports its garbage collections (``flow_gc_ms_per_prompt``).
 
 Heavy-tailed mix: 90% of prompts at ``heavy_fast_ms`` per call, 10% (a seeded choice) at
