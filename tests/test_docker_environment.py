@@ -58,13 +58,13 @@ def settings(**values) -> HermesSettings:
     return HermesSettings(**{"docker_pull": False, **values})
 
 
-def labelled(client: docker.DockerClient, run: str) -> list:
-    """The containers labelled with run name ``run``.
+def labelled(client: docker.DockerClient, run: str, label: str = LABEL_RUN) -> list:
+    """The containers whose ``label`` (default: the run name's) is ``run``.
 
     The SDK lists the ids, then inspects each: a container removed in between (a run reaping or
     retrying a sandbox while a test polls) is left out instead of raising NotFound.
     """
-    return client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run}"}, ignore_removed=True)
+    return client.containers.list(all=True, filters={"label": f"{label}={run}"}, ignore_removed=True)
 
 
 def test_container_per_prompt_with_labels_limits_cwd_and_teardown(engine):
@@ -215,9 +215,7 @@ def test_missing_image_fails_clearly_and_pull_failures_name_the_image(engine):
 
 
 def by_run_id(client: docker.DockerClient, run_id: str) -> list:
-    return client.containers.list(
-        all=True, filters={"label": f"{LABEL_RUN_ID}={run_id}"}, ignore_removed=True
-    )
+    return labelled(client, run_id, LABEL_RUN_ID)
 
 
 def test_reap_removes_only_the_containers_of_that_run_folder(engine):
