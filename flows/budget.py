@@ -110,10 +110,11 @@ class Budget:
     def allows(self, in_flight: int) -> bool:
         """Whether one more prompt may start with ``in_flight`` prompts running; O(1).
 
-        The first refusal turns :attr:`reached` on and stops new prompts of this process
-        (:func:`hermes_core.cancel.hold_new_prompts`: prompts queued but not started end
-        without a trajectory and stay pending); with ``on_budget=cancel`` it also cancels the
-        running ones (:func:`hermes_core.cancel.cancel_running`, in a thread).
+        The first refusal turns :attr:`reached` on and stops new attempts of this process
+        (:func:`hermes_core.cancel.hold_new_prompts`: a retry that would start later ends
+        without a trajectory and stays pending; prompts already admitted run); with
+        ``on_budget=cancel`` it also cancels the running ones
+        (:func:`hermes_core.cancel.cancel_running`, in a thread).
         """
         if not self.capped:
             return True

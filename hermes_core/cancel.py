@@ -52,11 +52,12 @@ def cancel_running() -> int:
 
 
 def hold_new_prompts(hold: bool = True) -> None:
-    """Refuse (``hold=True``) or allow again new prompts of this process, without touching running ones.
+    """Refuse (``hold=True``) or allow again new attempts nobody admitted, without touching running ones.
 
-    A prompt that has not started yet (e.g. queued in the thread pool) then ends at once with
+    A retry of a prompt (Prefect starts it on its own, after a delay) then ends at once with
     PromptCancelled, before its sandbox exists: a run that drains (its budget is spent) starts no
-    new prompt. The flow allows them again when it starts.
+    new attempt. First attempts are admitted by the flow when it submits them (see
+    :func:`check_may_start`). The flow allows retries again when it starts.
     """
     if hold:
         _no_new.set()
@@ -64,10 +65,16 @@ def hold_new_prompts(hold: bool = True) -> None:
         _no_new.clear()
 
 
-def check_may_start() -> None:
-    """Raise PromptCancelled when the run is cancelled or new prompts are held (:func:`hold_new_prompts`)."""
+def check_may_start(*, retry: bool = False) -> None:
+    """Raise PromptCancelled when the run is cancelled, or when ``retry`` and new attempts are held.
+
+    A first attempt was admitted when the flow submitted it: the spend cap decides then, and under a
+    cap no prompt waits in a queue. A hold that came after (another prompt's spend reached the cap)
+    therefore does not stop it; it would only cut the run short of what the cap allowed. A retry
+    is a start nobody admitted: held (:func:`hold_new_prompts`).
+    """
     check_cancelled()
-    if _no_new.is_set():
+    if retry and _no_new.is_set():
         raise PromptCancelled("the run starts no new prompt (budget reached)")
 
 

@@ -117,11 +117,14 @@ def run_prompt(
         ModelError: provider error after retries, or a non-retryable 4xx.
         PromptTimeout: the prompt ran past ``spec.prompt_timeout``.
         PromptCancelled: the process is stopping (:func:`hermes_core.cancel.cancel_running`), or
-            holds new prompts (:func:`hermes_core.cancel.hold_new_prompts`).
+            this is a retry (``attempt`` > 1) while it holds new attempts
+            (:func:`hermes_core.cancel.hold_new_prompts`).
         SandboxError: the sandbox could not be created or broke.
         ConfigError: unknown distribution or backend, missing API key.
     """
-    check_may_start()  # a prompt dequeued while the run is stopping or draining starts no sandbox
+    check_may_start(
+        retry=attempt > 1
+    )  # a stopping run, or a retry once the budget is spent, starts no sandbox
     settings = settings or HermesSettings()
     register_secrets_of(settings)  # the keys it holds are redacted from every tool result
     started = time.monotonic()

@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hermes_core.agent import AgentConfig
+from hermes_core.cancel import hold_new_prompts
 from hermes_core.client import HttpClients, ModelClient, ModelOptions
-from hermes_core.exceptions import ModelError, PromptTimeout
+from hermes_core.exceptions import ModelError, PromptCancelled, PromptTimeout
 from hermes_core.mockllm import MockServer
 from hermes_core.runner import PromptJob, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
@@ -565,3 +566,18 @@ def test_tool_side_model_calls_count_in_the_prompt_usage_and_take_the_run_limite
     assert elapsed >= 0.6  # the two 0.3 s reference calls waited for each other's slot
     assert outcome.usage["cost"] == pytest.approx(0.005)
     assert outcome.row["metadata"]["usage"] == outcome.usage
+
+
+def test_a_spent_budget_holds_retries_not_the_first_attempts_it_admitted(mock_server):
+    # the flow admits a first attempt when it submits it; a later hold (another prompt's spend
+    # reached the cap) must not cut it, while a retry, which nobody admitted, is held
+    prompt = "Admitted before the cap was reached: list files"
+    hold_new_prompts()
+    try:
+        outcome = run_prompt(_job(prompt), _spec(mock_server), SETTINGS, attempt=1)
+        with pytest.raises(PromptCancelled, match="budget reached"):
+            run_prompt(_job(prompt + " (retry)"), _spec(mock_server), SETTINGS, attempt=2)
+    finally:
+        hold_new_prompts(False)
+    assert outcome.row["completed"] is True and outcome.row["api_calls"] == 3
+    assert _requests_for(mock_server, prompt) == 3 and _requests_for(mock_server, prompt + " (retry)") == 0
