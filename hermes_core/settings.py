@@ -18,6 +18,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 TerminalBackend = Literal["local", "docker", "singularity", "modal"]
 """The sandbox backends, by name (the one list: ``hermes_core.environments.BACKENDS`` maps each to its class)."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BOOLEAN_WORDS = {"true": "outbound", "1": "outbound", "yes": "outbound", "on": "outbound"} | {
+    "false": "none",
+    "0": "none",
+    "no": "none",
+    "off": "none",
+}
 
 
 class _Area(BaseSettings):
@@ -147,12 +153,36 @@ class SandboxSettings(_Area):
         "and sees no home folder, run folder, other prompt or Docker socket.",
     )
 
-    sandbox_network: bool = Field(
-        default=True,
+    sandbox_network: Literal["outbound", "none", "host"] = Field(
+        default="outbound",
         validation_alias=AliasChoices("sandbox_network", "HERMES_SANDBOX_NETWORK"),
-        description="Local backend under bubblewrap: give commands the host's network (default, as the "
-        "reference's local backend); false: only a private loopback (bwrap --unshare-net). "
-        "Containers use HERMES_DOCKER_NETWORK instead.",
+        description="Local backend under bubblewrap: outbound (default; true means the same): the internet "
+        "only, through a network namespace of the prompt's own behind slirp4netns, with no way to this "
+        "machine's loopback services, its own addresses, link-local/metadata or private ranges (except "
+        "HERMES_SANDBOX_ALLOW_NETWORKS); none (false): only a private loopback; host: the host's network "
+        "as it is, loopback services included (unsafe: a command can drive a local Prefect API).",
+    )
+
+    sandbox_allow_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("sandbox_allow_networks", "HERMES_SANDBOX_ALLOW_NETWORKS"),
+        description="Comma-separated IPv4 networks (CIDR, e.g. 10.20.0.0/16) that outbound sandboxes may "
+        "reach although they are private, link-local or this machine's own addresses.",
+    )
+
+    cwd_roots: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("cwd_roots", "HERMES_CWD_ROOTS"),
+        description="Comma-separated host folders under which a dataset record's absolute cwd may lie "
+        "(local backend: it is copied into the prompt's folder, never mounted); default: the dataset "
+        "file's own folder.",
+    )
+
+    cwd_copy_max_mb: int = Field(
+        default=512,
+        ge=1,
+        validation_alias=AliasChoices("cwd_copy_max_mb", "HERMES_CWD_COPY_MAX_MB"),
+        description="Largest absolute cwd (MB of files) the local backend copies into a prompt's folder.",
     )
 
     sandbox_env: Annotated[list[str], NoDecode] = Field(
@@ -170,12 +200,37 @@ class SandboxSettings(_Area):
         description="Modal app that owns the sandboxes of the modal backend (created if missing).",
     )
 
-    @field_validator("sandbox_env", mode="before")
+    @field_validator("sandbox_env", "sandbox_allow_networks", "cwd_roots", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("sandbox_network", mode="before")
+    @classmethod
+    def _network_mode(cls, value: Any) -> Any:
+        """true/false (the earlier boolean setting) mean outbound/none."""
+        if isinstance(value, bool):
+            return "outbound" if value else "none"
+        if isinstance(value, str) and value.strip().lower() in _BOOLEAN_WORDS:
+            return _BOOLEAN_WORDS[value.strip().lower()]
+        return value
+
+    @field_validator("sandbox_allow_networks")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        import ipaddress
+
+        for network in networks:
+            try:
+                ipaddress.IPv4Network(network, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"HERMES_SANDBOX_ALLOW_NETWORKS must be a comma-separated list of IPv4 networks "
+                    f"(e.g. 10.20.0.0/16); not valid: {network!r}"
+                ) from None
+        return networks
 
     @field_validator("sandbox_env")
     @classmethod

@@ -165,14 +165,14 @@ def test_teardown_on_error_removes_tempdir_and_kills_processes(mode):
     assert host_pids_with(f"sleep\0{marker}") == []
 
 
-def test_given_cwd_is_created_and_kept(mode, tmp_path):
-    target = tmp_path / "work" / "deep"
-    env = local(mode, cwd=str(target))
+def test_a_relative_cwd_is_a_folder_inside_the_prompt_folder(mode, tmp_path):
+    env = local(mode, cwd="work/deep")
     with env:
-        assert env.cwd == str(target)
+        assert env.cwd == os.path.join(env.home, "work", "deep")
         env.write_file("kept.txt", b"x")
-        assert env.execute("pwd").output.strip() == str(target)
-    assert (target / "kept.txt").read_bytes() == b"x"
+        assert env.execute("pwd").output.strip() == env.cwd
+        assert env.read_file(os.path.join(env.home, "work/deep/kept.txt")) == b"x"
+    assert not os.path.exists(env.home)  # the prompt's folder goes, cwd and all
 
 
 def test_close_is_idempotent_and_ends_the_environment(mode):

@@ -28,7 +28,7 @@ if not shutil.which("bwrap") and os.environ.get("CI", "").lower() != "true":
     pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
 
 ISOLATED = HermesSettings(local_isolation="bwrap", OPENROUTER_API_KEY="sk-must-not-leak")
-OFFLINE = ISOLATED.model_copy(update={"sandbox_network": False})
+OFFLINE = ISOLATED.model_copy(update={"sandbox_network": "none"})
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_two_isolated_prompts_cannot_see_each_other_or_the_network(listener):
         env = b.execute("env").output
         assert "sk-must-not-leak" not in env and f"HOME={b.cwd}" in env
         assert "Read-only file system" in b.execute("touch /usr/x /etc/x").output
-        with pytest.raises(PermissionError):
+        with pytest.raises(OSError, match="Read-only file system"):
             b.write_file("/etc/hermes-x", b"no")
         b.write_file("/tmp/scratch.txt", b"mine")  # the prompt's private /tmp
         assert b.execute("cat /tmp/scratch.txt").output == "mine"
@@ -83,10 +83,17 @@ def test_without_isolation_the_same_commands_do_reach_the_host(listener):
         assert b.execute(connect_cmd(listener)).output == "reachable\n"
 
 
-def test_network_is_on_by_default_and_off_with_the_setting(listener):
+def test_network_is_outbound_by_default_and_neither_mode_reaches_the_host_loopback(listener):
+    """ "On" means the internet only (tests/test_sandbox_boundary.py shows the outbound side): never the host's loopback."""
+    assert HermesSettings().sandbox_network == "outbound"
     with LocalEnvironment(settings=ISOLATED) as online, LocalEnvironment(settings=OFFLINE) as offline:
-        assert online.execute(connect_cmd(listener)).output == "reachable\n"
+        assert online.execute(connect_cmd(listener)).output == "unreachable\n"
+        assert online.execute("awk -F: 'NR > 2 { print $1 }' /proc/net/dev").output.split() == ["lo", "tap0"]
         assert offline.execute(connect_cmd(listener)).output == "unreachable\n"
+        assert offline.execute("awk -F: 'NR > 2 { print $1 }' /proc/net/dev").output.split() == ["lo"]
+    host = HermesSettings(local_isolation="bwrap", sandbox_network="host")  # the explicit, unsafe opt-in
+    with LocalEnvironment(settings=host) as shared:
+        assert shared.execute(connect_cmd(listener)).output == "reachable\n"
 
 
 def test_the_sandbox_hides_the_host_processes_home_run_folder_and_docker_socket(tmp_path, monkeypatch):
@@ -110,12 +117,16 @@ def test_the_sandbox_hides_the_host_processes_home_run_folder_and_docker_socket(
         assert caps == ["CapEff:", "0000000000000000"]
 
 
-def test_a_given_cwd_is_bound_writable(tmp_path):
+def test_a_given_cwd_is_copied_in_never_bound(tmp_path):
     work = tmp_path / "project"
+    work.mkdir()
+    (work / "in.txt").write_text("given\n")
     with LocalEnvironment(cwd=str(work), settings=ISOLATED) as env:
-        assert env.execute("pwd; echo made > out.txt; echo $HOME").output == f"{work}\n{work}\n"
-        assert env.execute(f"ls {tmp_path}").output == "project\n"  # only the bound folder of its parent
-    assert (work / "out.txt").read_text() == "made\n"
+        copy = os.path.join(env.home, "project")
+        out = env.execute("pwd; cat in.txt; echo made > out.txt; echo $HOME")
+        assert out.output == f"{copy}\ngiven\n{env.home}\n"
+        assert env.execute(f"ls {tmp_path} 2>&1").returncode != 0  # the host folder is not in the sandbox
+    assert not (work / "out.txt").exists() and sorted(os.listdir(work)) == ["in.txt"]
 
 
 def test_background_processes_live_between_commands_and_die_at_close():
@@ -215,6 +226,7 @@ def test_flow_run_with_bubblewrap_isolation(cli, mock_server, tmp_path):
     """Two prompts of one run on the local backend with bwrap: B can neither read A's folder nor connect out."""
     a_dir, b_dir = tmp_path / "prompt-a", tmp_path / "prompt-b"
     a_dir.mkdir()
+    b_dir.mkdir()
     (a_dir / "secret.txt").write_text("A-secret-value")
     port = int(mock_server.base_url.rsplit(":", 1)[1].split("/")[0])
     records = [
@@ -274,8 +286,9 @@ def test_commands_variables_and_folders_reach_the_sandbox_byte_for_byte(tmp_path
         with LocalEnvironment(cwd=str(folder), settings=settings) as env:
             assert env.isolated == (settings.local_isolation == "bwrap")
             out = env.execute('printf \'%s|\' "$A" "$EMPTY" "$MULTI" "$UNI" "$PWD"; printf \'a\\nb\'')
-            outputs.append(out.output)
+            assert env.cwd == os.path.join(env.home, folder.name)  # the folder's copy
+            outputs.append(out.output.replace(env.cwd, "<cwd>"))
             with pytest.raises(ValueError, match="null byte"):
                 env.execute("echo a\0b")  # refused before it runs, as subprocess refuses it
             assert env.execute("echo still alive").output == "still alive\n"
-    assert outputs[0] == outputs[1] == f"x=y=z||line 1\nline 2|ü ☃|{folder}|a\nb"
+    assert outputs[0] == outputs[1] == "x=y=z||line 1\nline 2|ü ☃|<cwd>|a\nb"

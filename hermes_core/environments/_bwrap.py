@@ -23,6 +23,7 @@ the environment given (an allow-list, see :mod:`hermes_core.environments.sandbox
 from __future__ import annotations
 
 import array
+import functools
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ import tempfile
 import threading
 import time
 
+from hermes_core.environments._outbound import OutboundNetwork, resolv_conf
 from hermes_core.environments._poll import readable
 from hermes_core.exceptions import SandboxError
 
@@ -62,7 +64,11 @@ def spawn(spec, out):
             null = os.open("/dev/null", os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
-            os.chdir(cwd)
+            try:
+                os.chdir(cwd)
+            except OSError as exc:
+                os.write(2, b"cd: %s: %s\n" % (cwd, (exc.strerror or "cannot enter").encode()))
+                os._exit(1)
             os.execve(argv[0], argv, env)
         except BaseException as exc:
             os.write(2, ("hermes sandbox: cannot run the command: %s\n" % exc).encode())
@@ -80,6 +86,22 @@ def reap():
         ident = running.pop(pid, None)
         if ident is not None:
             sock.send(b"%d %d" % (ident, os.waitstatus_to_exitcode(status)))
+
+def open_file(spec):
+    ident, flags, mode, parents, path = spec.split(b"\0", 4)
+    try:
+        if parents == b"1":
+            head = os.path.dirname(path)
+            if head:
+                os.makedirs(head, exist_ok=True)
+        fd = os.open(path, int(flags), int(mode))
+    except OSError as exc:
+        sock.send(b"%s E%d" % (ident, exc.errno or 5))
+        return
+    try:
+        sock.sendmsg([b"%s F" % ident], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder, signed=True))])
+    finally:
+        os.close(fd)
 
 def read_all(fd):
     data = b""
@@ -114,6 +136,8 @@ try:
             if op == b"run":
                 spawn(read_all(fds[0]), fds[1])
                 os.close(fds[1])
+            elif op == b"open":
+                open_file(read_all(fds[0]))
             elif op == b"kill":
                 for pid, running_ident in list(running.items()):
                     if running_ident == int(ident):
@@ -136,7 +160,13 @@ agent's 21 ms CPU start-up, paid once per prompt). The protocol, one message per
 ``ready`` (agent), ``run <id>`` with two descriptors: a file holding the command and the write
 end of its output pipe (host), ``kill <id>`` (host), ``<id> <exit status>`` (agent). The command
 file is ``id NUL cwd NUL argc NUL argv... NUL KEY=VALUE...``: none of these can hold a NUL
-(``execve`` takes NUL-terminated strings), so the split is exact."""
+(``execve`` takes NUL-terminated strings), so the split is exact.
+
+Files: ``open <id>`` with one descriptor, a file holding ``id NUL flags NUL mode NUL parents NUL
+path`` (host); the agent opens the path itself, inside the sandbox (creating its parent folders
+when ``parents`` is ``1``), and answers ``<id> F`` with the open descriptor attached, or ``<id>
+E<errno>``. So a path is resolved by the kernel in the sandbox's own mount namespace, symlinks
+included: there is no host-side check of a name that a command could swap before the open."""
 
 _START_TIMEOUT = 30.0
 """Longest wait for a new sandbox's agent to report ready, seconds."""
@@ -165,15 +195,20 @@ def agent_interpreter() -> tuple[str, list[str]]:
     return os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable), [sys.base_prefix]
 
 
-def sandbox_argv(bwrap: str, home: str, tmp: str, network: bool, extra_ro: list[str]) -> list[str]:
+def sandbox_argv(
+    bwrap: str, home: str, tmp: str, network: str, extra_ro: list[str], resolv: str | None = None
+) -> list[str]:
     """The bubblewrap options (up to and without the command) of a prompt's sandbox.
 
     Args:
         bwrap: path of ``bwrap``.
         home: the prompt's folder, bound writable at the same path (the commands' cwd and HOME).
         tmp: host folder bound writable at ``/tmp``.
-        network: keep the host's network namespace (``--share-net``); False: only a private loopback.
+        network: ``host`` keeps the host's network namespace (``--share-net``); ``outbound`` and
+            ``none`` give the sandbox its own (``outbound`` then gets slirp4netns:
+            :mod:`hermes_core.environments._outbound`).
         extra_ro: more host folders bound read-only at the same path.
+        resolv: a host file shown as ``/etc/resolv.conf`` (the outbound network's name server), or None.
     """
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -183,13 +218,20 @@ def sandbox_argv(bwrap: str, home: str, tmp: str, network: bool, extra_ro: list[
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
     argv += ["--ro-bind", "/etc", "/etc"]
-    resolv = os.path.realpath("/etc/resolv.conf")
-    if network and not _within(resolv, "/etc") and os.path.isfile(resolv):
-        argv += ["--ro-bind", resolv, resolv]  # systemd-resolved keeps it under /run
+    if resolv:
+        target = "/etc/resolv.conf"
+        if os.path.islink(target):  # systemd-resolved: a link to /run/..., which the sandbox lacks
+            target = os.path.realpath(target)
+        argv += ["--ro-bind", resolv, target]
+    elif network == "host":
+        host_resolv = os.path.realpath("/etc/resolv.conf")
+        if not _within(host_resolv, "/etc") and os.path.isfile(host_resolv):
+            argv += ["--ro-bind", host_resolv, host_resolv]  # systemd-resolved keeps it under /run
     for folder in extra_ro:
         argv += ["--ro-bind", folder, folder]
     argv += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp", "--bind", home, home]
-    argv += ["--unshare-all", *(["--share-net"] if network else []), "--cap-drop", "ALL", "--new-session"]
+    argv += ["--unshare-all", *(["--share-net"] if network == "host" else []), "--cap-drop", "ALL"]
+    argv += ["--new-session"]
     return [*argv, "--chdir", home]
 
 
@@ -240,16 +282,28 @@ class BwrapSandbox:
         home: the prompt's folder (absolute, existing).
         tmp: host folder to show as ``/tmp`` (absolute, existing).
         env: environment of the agent and default of its commands.
-        network: share the host's network (else a private loopback only).
+        network: ``outbound`` (own namespace behind slirp4netns, internet only), ``none`` (own
+            namespace, loopback only) or ``host`` (the host's network namespace).
         extra_ro: more host folders to bind read-only at the same path.
+        allowed_networks: with ``outbound``, networks to let through although they are private.
     """
 
     def __init__(
-        self, bwrap: str, home: str, tmp: str, env: dict[str, str], network: bool, extra_ro: list[str] = ()
+        self,
+        bwrap: str,
+        home: str,
+        tmp: str,
+        env: dict[str, str],
+        network: str,
+        extra_ro: list[str] = (),
+        allowed_networks: tuple[str, ...] = (),
     ):
         python, binds = agent_interpreter()
-        self._argv = sandbox_argv(bwrap, home, tmp, network, [*binds, *extra_ro])
+        resolv = _resolv_file() if network == "outbound" else None
+        self._argv = sandbox_argv(bwrap, home, tmp, network, [*binds, *extra_ro], resolv)
         self._python, self._env = python, env
+        self._network, self._allowed = network, tuple(allowed_networks)
+        self._outbound: OutboundNetwork | None = None
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._pidfd: int | None = None
@@ -257,15 +311,17 @@ class BwrapSandbox:
         self._init_pid = 0
         self._lock = threading.Lock()
         self._procs: dict[int, SandboxProcess] = {}
+        self._opens: dict[int, _PendingOpen] = {}
         self._next = 0
         self._ended = False
         self._closed = False
 
     def start(self) -> None:
-        """Start bubblewrap and the agent; return once the agent is ready (at most 30 s).
+        """Start bubblewrap and the agent (and the outbound network); return once it is ready (at most 30 s).
 
         Raises:
-            SandboxError: bubblewrap could not build the sandbox (the message has its error output).
+            SandboxError: bubblewrap could not build the sandbox (the message has its error output),
+                or its network could not be set up.
         """
         host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()  # info_r stays open until close(): bubblewrap must never get SIGPIPE
@@ -294,7 +350,7 @@ class BwrapSandbox:
             finally:
                 agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
                 os.close(info_w)
-            ready = readable(host, _START_TIMEOUT) and _recv(host)
+            ready = readable(host, _START_TIMEOUT) and _recv(host) == b"ready"
             if ready:
                 self._init_pid = _read_child_pid(info_r)
             if not ready:
@@ -310,10 +366,30 @@ class BwrapSandbox:
                 self._pidfd = os.pidfd_open(self._init_pid)
             except (AttributeError, OSError):
                 self._pidfd = None
+        if self._network == "outbound":
+            self._start_outbound()
         threading.Thread(target=self._read_replies, name="hermes-bwrap", daemon=True).start()
         if self._closed:  # close() ran while the agent was starting (it may not have known its init)
             self.close()
             raise SandboxError("the sandbox was closed while it started")
+
+    def _start_outbound(self) -> None:
+        """Attach the outbound network before any command runs; no network at all if that fails."""
+        if not self._init_pid:
+            self.close()
+            raise SandboxError("cannot set up the sandbox's network: bubblewrap did not report its init")
+        network = OutboundNetwork(self._init_pid, self._allowed)
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._outbound = network
+        if closed:
+            raise SandboxError("the sandbox was closed while it started")
+        try:
+            network.start()
+        except SandboxError:
+            self.close()
+            raise
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> SandboxProcess:
         """Run ``argv`` in the sandbox in ``cwd`` with exactly ``env``; stdin is /dev/null.
@@ -322,26 +398,77 @@ class BwrapSandbox:
             SandboxError: the sandbox is gone (closed, or its agent was killed).
             ValueError: an argument, the folder or a variable holds a NUL byte (as ``subprocess``).
         """
-        with self._lock:
-            self._next += 1
-            ident = self._next
+        ident = self._new_ident()
         command = command_spec(ident, argv, cwd, env)
         out_r, out_w = os.pipe()
         with self._lock:
             proc = self._procs[ident] = SandboxProcess(self, ident, out_r)
-        spec = os.memfd_create("hermes-spec", os.MFD_CLOEXEC)
         try:
-            os.write(spec, command)
-            os.lseek(spec, 0, os.SEEK_SET)
-            if not self._send(b"run %d" % proc._ident, [spec, out_w]):
+            if not self._send_spec(b"run %d" % ident, command, [out_w]):
                 with self._lock:
-                    self._procs.pop(proc._ident, None)
+                    self._procs.pop(ident, None)
                 os.close(out_r)
                 raise SandboxError("the bubblewrap sandbox has ended")
         finally:
-            os.close(spec)
             os.close(out_w)
         return proc
+
+    def open(self, path: str, flags: int, mode: int = 0o666, *, parents: bool = False) -> int:
+        """Open ``path`` inside the sandbox (as its commands see it) and return the descriptor here.
+
+        The agent opens it in the sandbox's mount namespace, so the path (symlinks included) can
+        only name what the sandbox can see, and a write outside its writable folders fails with
+        EROFS / EACCES as it would for a command. The caller owns the returned descriptor and
+        must check what it is (``os.fstat``): the sandbox is not trusted.
+
+        Args:
+            path: absolute path in the sandbox.
+            flags: ``os.open`` flags (the caller adds ``O_NONBLOCK`` so a FIFO cannot block the agent).
+            mode: permission bits of a created file.
+            parents: create the missing parent folders first (like ``mkdir -p``).
+
+        Raises:
+            OSError: the open failed in the sandbox (errno as there: FileNotFoundError,
+                PermissionError, IsADirectoryError ...).
+            ValueError: the path holds a NUL byte.
+            SandboxError: the sandbox is gone, or did not answer within 30 s.
+        """
+        encoded = os.fsencode(path)
+        if b"\0" in encoded:
+            raise ValueError("embedded null byte")
+        ident = self._new_ident()
+        spec = b"\0".join([b"%d" % ident, b"%d" % flags, b"%d" % mode, b"1" if parents else b"0", encoded])
+        pending = _PendingOpen()
+        with self._lock:
+            self._opens[ident] = pending
+        if not self._send_spec(b"open %d" % ident, spec, []):
+            with self._lock:
+                self._opens.pop(ident, None)
+            raise SandboxError("the bubblewrap sandbox has ended")
+        if not pending.done.wait(_START_TIMEOUT):
+            with self._lock:
+                self._opens.pop(ident, None)
+            raise SandboxError("the sandbox did not answer a file request within 30 s")
+        if pending.fd is not None:
+            return pending.fd
+        if pending.errno is None:
+            raise SandboxError("the bubblewrap sandbox has ended")
+        raise OSError(pending.errno, os.strerror(pending.errno), path)
+
+    def _new_ident(self) -> int:
+        with self._lock:
+            self._next += 1
+            return self._next
+
+    def _send_spec(self, message: bytes, spec: bytes, fds: list[int]) -> bool:
+        """Send a request whose details travel in a memory file (the first descriptor)."""
+        memfd = os.memfd_create("hermes-spec", os.MFD_CLOEXEC)
+        try:
+            os.write(memfd, spec)
+            os.lseek(memfd, 0, os.SEEK_SET)
+            return self._send(message, [memfd, *fds])
+        finally:
+            os.close(memfd)
 
     def _send(self, message: bytes, fds: list[int] = ()) -> bool:
         """Send one request to the agent (see :data:`AGENT`); False when the sandbox is gone."""
@@ -356,25 +483,61 @@ class BwrapSandbox:
         return True
 
     def _read_replies(self) -> None:
-        """Thread: deliver exit statuses; when the agent is gone, end every pending command (-9)."""
+        """Thread: deliver exit statuses and opened files; when the agent is gone, end every pending request.
+
+        A reply that does not parse (a command may have taken the agent over) ends the sandbox's
+        requests as if the agent were gone; received descriptors nobody asked for are closed.
+        """
         sock = self._sock
         while True:
             try:
-                data = sock.recv(4096)
+                data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(4))
             except OSError:
-                data = b""
+                data, ancillary = b"", []
+            fds = _received_fds(ancillary)
             if not data:
+                for fd in fds:
+                    os.close(fd)
                 break
-            ident, _, code = data.partition(b" ")
-            with self._lock:
-                proc = self._procs.pop(int(ident), None)
-            if proc is not None:
-                proc._finish(int(code))
+            if not self._deliver(data, fds):
+                for fd in fds:
+                    os.close(fd)
         self._ended = True
         with self._lock:
             pending, self._procs = list(self._procs.values()), {}
+            opens, self._opens = list(self._opens.values()), {}
         for proc in pending:
             proc._finish(-signal.SIGKILL)
+        for request in opens:
+            request.done.set()
+
+    def _deliver(self, data: bytes, fds: list[int]) -> bool:
+        """Hand one reply to its request; False when nothing took the descriptors."""
+        ident_text, _, answer = data.partition(b" ")
+        try:
+            ident = int(ident_text)
+        except ValueError:
+            return False
+        if answer[:1] in (b"F", b"E"):
+            with self._lock:
+                request = self._opens.pop(ident, None)
+            if request is None:
+                return False
+            if answer == b"F" and len(fds) == 1:
+                request.fd = fds.pop()
+            elif answer[:1] == b"E" and answer[1:].isdigit():
+                request.errno = int(answer[1:]) or 5
+            request.done.set()
+            return not fds
+        with self._lock:
+            proc = self._procs.pop(ident, None)
+        try:
+            code = int(answer)
+        except ValueError:
+            code = -signal.SIGKILL
+        if proc is not None:
+            proc._finish(code)
+        return not fds
 
     @property
     def alive(self) -> bool:
@@ -385,12 +548,14 @@ class BwrapSandbox:
         """Kill every process of the sandbox (SIGKILL to its pid namespace's init) and wait for bubblewrap.
 
         Idempotent and safe from another thread while :meth:`start` runs (then ``start`` raises
-        SandboxError and nothing of the sandbox keeps running).
+        SandboxError and nothing of the sandbox keeps running). The outbound network's
+        slirp4netns is stopped too.
         """
         with self._lock:
             self._closed = self._ended = True
             proc, info_r, self._info_r = self._proc, self._info_r, None
             pidfd, self._pidfd = self._pidfd, None  # taken once: close() may run in two threads at once
+            outbound, self._outbound = self._outbound, None
         if proc is not None and not self._init_pid and info_r is not None:
             self._init_pid = _read_child_pid(info_r)  # closed while starting: learn the init to kill
         if pidfd is not None:
@@ -409,6 +574,8 @@ class BwrapSandbox:
                 self._sock.shutdown(socket.SHUT_RDWR)  # the agent sees EOF even if init is not known
             except OSError:
                 pass
+        if outbound is not None:
+            outbound.close()
         if proc is not None:
             try:
                 proc.wait(timeout=5)
@@ -419,6 +586,39 @@ class BwrapSandbox:
             os.close(info_r)
         if self._sock is not None:
             self._sock.close()
+
+
+class _PendingOpen:
+    """An ``open`` request waiting for the agent: the descriptor, or the errno, once answered."""
+
+    __slots__ = ("done", "fd", "errno")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.fd: int | None = None
+        self.errno: int | None = None
+
+
+def _received_fds(ancillary) -> list[int]:
+    """The descriptors of a ``recvmsg`` ancillary list (SCM_RIGHTS)."""
+    fds: list[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds += array.array("i", data[:usable]).tolist()
+    return fds
+
+
+@functools.lru_cache(maxsize=1)
+def _resolv_file() -> str:
+    """A host file (made once per process) holding the outbound sandboxes' ``/etc/resolv.conf``."""
+    folder = tempfile.mkdtemp(prefix="hermes-resolv-")
+    path = os.path.join(folder, "resolv.conf")
+    with open(path, "w") as fh:
+        fh.write(resolv_conf())
+    os.chmod(folder, 0o755)
+    os.chmod(path, 0o644)
+    return path
 
 
 def command_spec(ident: int, argv: list[str], cwd: str, env: dict[str, str]) -> bytes:

@@ -34,16 +34,16 @@ def bwrap_problem() -> str | None:
     path = shutil.which("bwrap")
     if not path:
         return "bwrap is not installed"
-    return _probe(path)
+    return _probe(path, "none")
 
 
-@functools.lru_cache(maxsize=4)
-def _probe(bwrap: str) -> str | None:
+@functools.lru_cache(maxsize=8)
+def _probe(bwrap: str, network: str) -> str | None:
     from hermes_core.environments._bwrap import BwrapSandbox
 
     home = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-"))
     tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-tmp-"))
-    sandbox = BwrapSandbox(bwrap, home, tmp, {"PATH": "/usr/bin:/bin"}, network=False)
+    sandbox = BwrapSandbox(bwrap, home, tmp, {"PATH": "/usr/bin:/bin"}, network=network)
     try:
         sandbox.start()
         proc = sandbox.spawn(["/bin/sh", "-c", "true"], home, {})
@@ -58,6 +58,44 @@ def _probe(bwrap: str) -> str | None:
         sandbox.close()
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def outbound_problem() -> str | None:
+    """Why sandboxes cannot have the outbound network here (slirp4netns), or None when they can.
+
+    Probes once per process by starting a real sandbox with it (after :func:`bwrap_problem`).
+    """
+    from hermes_core.environments._outbound import slirp4netns_path
+
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        return "bwrap is not installed"
+    if not slirp4netns_path():
+        return "slirp4netns is not installed (apt-get install slirp4netns)"
+    return _probe(bwrap, "outbound")
+
+
+def sandbox_network(settings: HermesSettings) -> str:
+    """The network a bubblewrap sandbox gets: ``settings.sandbox_network``, except ``outbound`` -> ``none``
+    where slirp4netns cannot run (deny by default: never the host's network in its place)."""
+    mode = settings.sandbox_network
+    if mode == "outbound" and outbound_problem() is not None:
+        return "none"
+    return mode
+
+
+def network_warning(backend: str, settings: HermesSettings) -> str | None:
+    """The warning to show once per run when sandboxes get less network than asked, or None."""
+    if backend != "local" or settings.sandbox_network != "outbound" or not uses_bwrap(settings):
+        return None
+    problem = outbound_problem()
+    if problem is None:
+        return None
+    return (
+        f"Sandboxes have NO network ({problem}): HERMES_SANDBOX_NETWORK=outbound needs slirp4netns, "
+        "and the host's network is never shared in its place. Fix: apt-get install slirp4netns; set "
+        "HERMES_SANDBOX_NETWORK=none to run without network and without this warning."
+    )
 
 
 def uses_bwrap(settings: HermesSettings) -> bool:
@@ -99,4 +137,11 @@ def isolation_warning(backend: str, settings: HermesSettings) -> str | None:
     )
 
 
-__all__ = ["bwrap_problem", "isolation_warning", "uses_bwrap"]
+__all__ = [
+    "bwrap_problem",
+    "isolation_warning",
+    "network_warning",
+    "outbound_problem",
+    "sandbox_network",
+    "uses_bwrap",
+]

@@ -6,11 +6,17 @@ state: no ``os.chdir``, no environment mutation.
 Isolation (``settings.local_isolation``, see :mod:`hermes_core.environments.isolation`): under
 bubblewrap (``auto`` with a working ``bwrap``, or ``bwrap``) each prompt gets one long-lived
 sandbox (:class:`~hermes_core.environments._bwrap.BwrapSandbox`): read-only system, only the
-prompt's folder (its ``HOME`` and working directory) and a private ``/tmp`` writable, its own
-pid namespace, no host home folders, run folder, other prompts or Docker socket; network as
-``settings.sandbox_network``. Background processes live on between commands; :meth:`close`
-kills every process of the prompt. The file methods see the same view. Without bubblewrap
+prompt's folder (its ``HOME``) and a private ``/tmp`` writable, its own pid namespace, no host
+home folders, run folder, other prompts or Docker socket; network as ``settings.sandbox_network``
+(``outbound``: the internet only, :mod:`hermes_core.environments._outbound`). The sandbox starts
+at the prompt's first command or file access, not before: a prompt that never uses it pays
+nothing. Background processes live on between commands; :meth:`close` kills every process of
+the prompt. The file methods are carried out *inside* the sandbox (its agent opens the file and
+hands the descriptor over), so they see exactly what its commands see. Without bubblewrap
 (``none``, or ``auto`` where it cannot run) commands are plain host subprocesses.
+
+The record's ``cwd`` is never a host folder mounted writable: a relative one is a folder inside
+the prompt's folder, an absolute one is copied in (:mod:`hermes_core.environments.workdir`).
 
 Either way a command runs in its own process group (killed as a whole on timeout) and gets
 only an allow-listed environment (:func:`~hermes_core.environments.sandbox_env.local_environment`):
@@ -29,6 +35,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -36,9 +43,10 @@ import time
 
 from hermes_core.environments import ExecResult, SandboxLifecycle
 from hermes_core.environments._bwrap import BwrapSandbox
-from hermes_core.environments.isolation import uses_bwrap
+from hermes_core.environments.isolation import bwrap_problem, sandbox_network, uses_bwrap
 from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import local_environment
+from hermes_core.environments.workdir import cwd_problem, prepare_workdir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 
@@ -49,15 +57,19 @@ _DRAIN_MAX = 1.0
 """After the shell exits, stop reading after this long even if a leftover child still writes."""
 _KILL_WAIT = 10.0
 """Longest wait for a killed command's exit status, seconds."""
+MAX_FILE_BYTES = 64 << 20
+"""Largest file :meth:`LocalEnvironment.read_file` returns (larger: OSError EFBIG); the file tools read less."""
+_READ_FLAGS = os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class LocalEnvironment(SandboxLifecycle):
     """Per-prompt sandbox on the host: its own working directory, commands in their own process groups.
 
     Args:
-        cwd: working directory of the prompt (the record's ``cwd``). Created if missing
-            and kept at :meth:`close`; under bubblewrap it is bound writable. None: a fresh
-            ``hermes-*`` temporary directory, removed at :meth:`close`.
+        cwd: the record's ``cwd``: relative (a folder made inside the prompt's folder) or an
+            absolute host folder copied into it (:mod:`hermes_core.environments.workdir`; a
+            refused one makes :meth:`start` raise SandboxError). None: the prompt's folder.
         settings: isolation, network, ``sandbox_env``, timeouts and the output bound;
             default ``HermesSettings()``.
         environment: the exact environment of every command, for trusted host tools only (the
@@ -67,8 +79,11 @@ class LocalEnvironment(SandboxLifecycle):
             ``run_id``, ``prompt_id`` ...), accepted and ignored.
 
     Attributes:
-        cwd: absolute working directory ("" until :meth:`start`); also the commands' ``HOME``.
-        isolated: True once :meth:`start` put the prompt in a bubblewrap sandbox.
+        cwd: absolute working directory ("" until :meth:`start`).
+        home: the prompt's folder: a fresh ``hermes-*`` temporary directory, the commands'
+            ``HOME`` and what ``~`` means in file paths; removed at :meth:`close`.
+        isolated: True once :meth:`start` decided that commands run in a bubblewrap sandbox
+            (started at the first command or file access).
     """
 
     def __init__(
@@ -82,10 +97,12 @@ class LocalEnvironment(SandboxLifecycle):
         self._requested_cwd = cwd
         self._environment = environment
         self.cwd = ""
+        self.home = ""
         self.isolated = False
         self._tempdir: str | None = None
         self._sandbox_tmp: str | None = None  # host folder seen as /tmp inside the bubblewrap sandbox
         self._sandbox: BwrapSandbox | None = None
+        self._sandbox_starting = threading.Lock()
         self._env: dict[str, str] = {}
         self._groups: set[int] = set()
         self._lock = threading.Lock()
@@ -96,58 +113,54 @@ class LocalEnvironment(SandboxLifecycle):
     # -- lifecycle ---------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the working directory and, under isolation, the prompt's bubblewrap sandbox. Idempotent.
+        """Create the prompt's folder and working directory; decide isolation. Idempotent.
 
-        Safe against :meth:`close` called from another thread meanwhile: then nothing is left
-        running or created, and SandboxError is raised.
+        The bubblewrap sandbox itself starts at the first command or file access. Safe against
+        :meth:`close` called from another thread meanwhile: then nothing is left running or
+        created, and SandboxError is raised.
 
         Raises:
-            SandboxError: the directory cannot be created, the environment was closed, or
-                bubblewrap isolation is required (``HERMES_LOCAL_ISOLATION=bwrap``) and bwrap is
-                missing or cannot build a sandbox here.
+            SandboxError: the folders cannot be created or the ``cwd`` is refused, the environment
+                was closed, or bubblewrap isolation is required (``HERMES_LOCAL_ISOLATION=bwrap``)
+                and bwrap is missing or cannot build a sandbox here.
         """
         if self._closed:
             raise SandboxError("environment already closed")
         if self._started:
             return
         isolate = self._environment is None and uses_bwrap(self.settings)
-        bwrap = shutil.which("bwrap") if isolate else None
-        if isolate and not bwrap:
-            raise SandboxError(
-                "HERMES_LOCAL_ISOLATION=bwrap but bwrap is not installed "
-                "(apt-get install bubblewrap, or HERMES_LOCAL_ISOLATION=none)"
-            )
+        if isolate and self.settings.local_isolation == "bwrap":
+            problem = bwrap_problem()
+            if problem:
+                raise SandboxError(
+                    f"HERMES_LOCAL_ISOLATION=bwrap but bubblewrap cannot isolate here: {problem} "
+                    "(apt-get install bubblewrap, or HERMES_LOCAL_ISOLATION=none)"
+                )
+        requested = self._requested_cwd
+        if requested:
+            problem = cwd_problem(requested, roots=self.settings.cwd_roots or ["/"])
+            if problem:
+                raise SandboxError(f"cannot use the record's cwd: {problem}")
         try:
-            if self._requested_cwd:
-                cwd = os.path.realpath(os.path.expanduser(self._requested_cwd))
-                os.makedirs(cwd, exist_ok=True)
-            else:
-                cwd = self._keep("_tempdir", os.path.realpath(tempfile.mkdtemp(prefix="hermes-")))
-            self.cwd = cwd
+            home = self._keep("_tempdir", os.path.realpath(tempfile.mkdtemp(prefix="hermes-")))
+            cwd = prepare_workdir(home, requested)
             if isolate:
-                tmp = self._keep("_sandbox_tmp", os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-")))
-        except OSError as exc:
+                self._keep("_sandbox_tmp", os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-")))
+        except (OSError, ValueError, shutil.Error) as exc:
             self.close()
             raise SandboxError(f"cannot create working directory: {exc}") from exc
+        self.home, self.cwd = home, cwd
         if self._environment is not None:
             self._env = dict(self._environment)
         else:
-            self._env = local_environment(cwd, self.settings, tmpdir="/tmp" if isolate else None)
-        if isolate:
-            sandbox = self._keep(
-                "_sandbox", BwrapSandbox(bwrap, cwd, tmp, self._env, self.settings.sandbox_network)
-            )
-            try:
-                sandbox.start()
-            except SandboxError:
-                self.close()
-                raise
-            if not os.path.realpath(self._shell).startswith("/usr/"):
-                self._shell = "/bin/sh"  # the host's bash is not in the sandbox's read-only system
-            self.isolated = True
+            self._env = local_environment(home, self.settings, tmpdir="/tmp" if isolate else None)
+        if isolate:  # the sandbox has only /usr of the host: the shell by its real path there
+            real = os.path.realpath(self._shell)
+            self._shell = real if real.startswith("/usr/") else "/bin/sh"
         with self._lock:
             if self._closed:
                 raise SandboxError("environment closed while it started")
+            self.isolated = isolate
             self._started = True
 
     def _keep(self, attribute: str, resource):
@@ -158,15 +171,48 @@ class LocalEnvironment(SandboxLifecycle):
                 return resource
         if isinstance(resource, str):
             shutil.rmtree(resource, ignore_errors=True)
+        elif isinstance(resource, BwrapSandbox):
+            resource.close()
         raise SandboxError("environment closed while it started")
 
+    def _running_sandbox(self) -> BwrapSandbox | None:
+        """The prompt's bubblewrap sandbox, started now if this is its first use; None when not isolated.
+
+        Raises:
+            SandboxError: the environment is not started or closed, or the sandbox cannot start.
+        """
+        if not self._started or self._closed:
+            raise SandboxError("environment is not running (call start() first; close() ends it)")
+        if not self.isolated:
+            return None
+        sandbox = self._sandbox
+        if sandbox is not None:
+            return sandbox
+        with self._sandbox_starting:
+            if self._sandbox is None:
+                sandbox = BwrapSandbox(
+                    shutil.which("bwrap") or "bwrap",
+                    self.home,
+                    self._sandbox_tmp,
+                    self._env,
+                    sandbox_network(self.settings),
+                    allowed_networks=tuple(self.settings.sandbox_allow_networks),
+                )
+                self._keep("_sandbox", sandbox)
+                try:
+                    sandbox.start()
+                except SandboxError:
+                    self.close()
+                    raise
+            return self._sandbox
+
     def close(self, interrupted: bool = False) -> None:
-        """Kill every process of the prompt (SIGKILL), then remove the temp dirs we created.
+        """Kill every process of the prompt (SIGKILL), then remove the folders this environment made.
 
         Under bubblewrap the whole sandbox goes (background processes included); in plain mode
-        every process group started here. A ``cwd`` given to the constructor is kept.
-        Idempotent; never raises; safe from another thread while :meth:`start` or
-        :meth:`execute` runs. ``interrupted`` is accepted for protocol compatibility.
+        every process group started here. Idempotent; never raises; safe from another thread
+        while :meth:`start` or :meth:`execute` runs. ``interrupted`` is accepted for protocol
+        compatibility.
         """
         with self._lock:
             if self._closed:
@@ -189,29 +235,31 @@ class LocalEnvironment(SandboxLifecycle):
 
         Args:
             command: shell command line.
-            cwd: directory to run in; default the environment's cwd.
+            cwd: directory to run in (``~`` is the prompt's folder); default the environment's cwd.
             timeout: seconds; default ``settings.terminal_timeout``. On timeout the whole
                 process group is killed and the result has returncode 124, ``timed_out=True``
                 and the output read so far.
 
         Returns:
             ExecResult with merged stdout+stderr, bounded by ``settings.terminal_output_max_chars``
-            (first 40% + last 60% with a marker; ``truncated=True``). A missing ``cwd``
-            gives returncode 1 and a ``cd``-style message.
+            (first 40% + last 60% with a marker; ``truncated=True``). A missing ``cwd`` (as the
+            sandbox sees it) gives returncode 1 and a ``cd``-style message.
 
         Raises:
             SandboxError: the environment is not started or is closed, the process cannot be
                 spawned, or the bubblewrap sandbox has ended.
+            ValueError: the command or ``cwd`` holds a NUL byte.
         """
-        if not self._started or self._closed:
-            raise SandboxError("environment is not running (call start() first; close() ends it)")
-        workdir = self._resolve(cwd) if cwd else self.cwd
-        if not os.path.isdir(workdir):
+        sandbox = self._running_sandbox()
+        workdir = self._path(cwd) if cwd else self.cwd
+        if "\0" in command or "\0" in workdir:
+            raise ValueError("embedded null byte")
+        if sandbox is None and not os.path.isdir(workdir):
             return ExecResult(returncode=1, output=f"cd: {cwd}: No such file or directory\n")
         limit = timeout if timeout is not None else self.settings.terminal_timeout
         env = {**self._env, "PWD": workdir}
-        if self._sandbox is not None:
-            proc = self._sandbox.spawn([self._shell, "-c", command], workdir, env)
+        if sandbox is not None:
+            proc = sandbox.spawn([self._shell, "-c", command], workdir, env)
         else:
             proc = self._spawn_plain(command, workdir, env)
         deadline = time.monotonic() + max(limit, 0.0)
@@ -232,7 +280,7 @@ class LocalEnvironment(SandboxLifecycle):
             except subprocess.TimeoutExpired:
                 pass
             proc.done()
-        if self._sandbox is not None and not self._sandbox.alive and not self._closed:
+        if sandbox is not None and not sandbox.alive and not self._closed:
             raise SandboxError("the bubblewrap sandbox of this prompt has ended (was its agent killed?)")
         text, truncated = output.result()
         if timed_out:
@@ -294,49 +342,72 @@ class LocalEnvironment(SandboxLifecycle):
 
     # -- files -------------------------------------------------------------------
 
-    def _resolve(self, path: str, write: bool = False) -> str:
-        """Absolute host path of ``path``: ``~`` is the prompt's folder (its HOME), relative paths join cwd.
+    def _path(self, path: str) -> str:
+        """The absolute path of ``path`` as the commands see it: ``~`` is the prompt's folder, relative joins cwd.
 
-        Under bubblewrap isolation the path is taken as the sandbox sees it: ``/tmp`` is the
-        sandbox's private one; a path the sandbox cannot see raises FileNotFoundError, a write
-        outside the writable folders PermissionError.
+        No check and no symlink resolution happens here: under bubblewrap the sandbox resolves
+        the path itself when it opens the file (:meth:`BwrapSandbox.open`).
         """
         if path == "~" or path.startswith("~/"):
-            path = self.cwd + path[1:]
-        if not self._sandbox_tmp:
-            return path if os.path.isabs(path) else os.path.join(self.cwd, path)
-        path = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.cwd, path))
-        if not _within(path, self.cwd) and _within(path, "/tmp"):
-            path = os.path.join(self._sandbox_tmp, os.path.relpath(path, "/tmp"))
-        real = os.path.realpath(path)
-        writable = (self.cwd, self._sandbox_tmp)
-        if any(_within(real, root) for root in writable):
-            return path
-        if not any(_within(real, root) for root in ("/usr", "/etc")):
-            raise FileNotFoundError(2, "No such file or directory (outside the sandbox)", path)
-        if write:
-            raise PermissionError(13, "Read-only file system (outside the sandbox's writable folders)", path)
-        return path
+            path = self.home + path[1:]
+        return path if os.path.isabs(path) else os.path.join(self.cwd, path)
 
     def read_file(self, path: str) -> bytes:
-        """Return the bytes of ``path`` (relative to cwd, ``~`` = the prompt's folder).
+        """Return the bytes of ``path`` (relative to cwd, ``~`` = the prompt's folder), as the commands see it.
 
         Raises:
-            FileNotFoundError, IsADirectoryError, PermissionError: as ``open``.
+            FileNotFoundError, IsADirectoryError, PermissionError, OSError: as ``open`` in the
+                sandbox (EFBIG over :data:`MAX_FILE_BYTES`; EINVAL for a device, FIFO or socket).
+            ValueError: the path holds a NUL byte.
+            SandboxError: the environment is not running.
         """
-        with open(self._resolve(path), "rb") as fh:
-            return fh.read()
+        sandbox = self._running_sandbox()
+        target = self._path(path)
+        fd = sandbox.open(target, _READ_FLAGS) if sandbox is not None else os.open(target, _READ_FLAGS)
+        try:
+            _check_regular(fd, path)
+            chunks, size = [], 0
+            while chunk := os.read(fd, 1 << 20):
+                size += len(chunk)
+                if size > MAX_FILE_BYTES:
+                    raise OSError(27, f"File too large to read (over {MAX_FILE_BYTES} bytes)", path)
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to cwd, ``~`` = the prompt's folder), creating parent directories.
 
         Raises:
-            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs``.
+            IsADirectoryError, PermissionError, OSError: as ``open``/``makedirs`` in the sandbox
+                (a write outside its writable folders: EROFS or EACCES).
+            ValueError: the path holds a NUL byte.
+            SandboxError: the environment is not running.
         """
-        target = self._resolve(path, write=True)
-        os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-        with open(target, "wb") as fh:
-            fh.write(data)
+        sandbox = self._running_sandbox()
+        target = self._path(path)
+        if sandbox is not None:
+            fd = sandbox.open(target, _WRITE_FLAGS, 0o666, parents=True)
+        else:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            fd = os.open(target, _WRITE_FLAGS, 0o666)
+        try:
+            _check_regular(fd, path)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def _check_regular(fd: int, path: str) -> None:
+    """Raise unless ``fd`` is a regular file (IsADirectoryError for a folder, EINVAL for anything else)."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    if not stat.S_ISREG(mode):
+        raise OSError(22, "Not a regular file (device, FIFO or socket)", path)
 
 
 class _HostProcess:
@@ -370,11 +441,6 @@ class _HostProcess:
         if not _group_alive(self.pgid):
             with self._lock:
                 self._groups.discard(self.pgid)
-
-
-def _within(path: str, root: str) -> bool:
-    """True when absolute ``path`` is ``root`` or below it."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _kill_group(pgid: int) -> None:

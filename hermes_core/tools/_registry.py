@@ -157,7 +157,9 @@ class Tool:
                     f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
                 )
                 raise ToolError(f"Invalid arguments for {self.name}: {problems}") from None
-            result = self.handler(ctx, **dict(args))
+            values = dict(args)
+            _refuse_nul_bytes(self.name, values)
+            result = self.handler(ctx, **values)
         except ToolError as exc:
             result = {"error": str(exc)[:2048]}
         text = redact(json.dumps(result, ensure_ascii=False))
@@ -169,6 +171,18 @@ class Tool:
                 }
             )
         return text
+
+
+def _refuse_nul_bytes(tool_name: str, values: dict[str, Any]) -> None:
+    """Raise ToolError when a string argument (or a string in a list argument) holds a NUL byte.
+
+    No path, command, pattern or URL can hold one (the OS refuses them with ValueError), so this
+    is a mistake of the model, answered as one, before any tool runs.
+    """
+    for name, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(item, str) and "\0" in item for item in items):
+            raise ToolError(f"Invalid arguments for {tool_name}: {name} contains a NUL byte")
 
 
 REGISTRY: dict[str, Tool] = {}

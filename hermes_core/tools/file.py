@@ -98,6 +98,8 @@ def _read_bytes(ctx: ToolContext, path: str) -> bytes:
         raise ToolError(f"{path} is a directory, not a file") from None
     except PermissionError:
         raise ToolError(f"Permission denied: {path}") from None
+    except OSError as exc:
+        raise ToolError(f"Could not read {path}: {(exc.strerror or str(exc)).lower()}") from None
 
 
 def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> None:

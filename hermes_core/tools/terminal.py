@@ -49,9 +49,24 @@ _EXIT_MEANINGS: dict[str, dict[int, str]] = {
 _PREFIX_WORDS = {"sudo", "env", "time", "command", "nice", "nohup", "!", "exec"}
 
 
+MAX_COMMAND_BYTES = 128 * 1024 - 1
+"""Longest command line (UTF-8 bytes): Linux refuses a longer single argument to ``execve``
+(MAX_ARG_STRLEN, 128 KiB), and every backend runs the command as ``sh -c COMMAND``."""
+
+_MEANING_TAIL = 4096
+""":func:`_exit_code_meaning` reads only this many characters at the end of a command (linear, bounded)."""
+
+
 def _exit_code_meaning(command: str, code: int) -> str | None:
-    """Meaning of a non-error exit ``code`` of the last simple command of ``command``, or None."""
-    segments = [s for s in re.split(r"\|\||&&|[|;\n&]", command) if s.strip()]
+    """Meaning of a non-error exit ``code`` of the last simple command of ``command``, or None.
+
+    Looks only at the last :data:`_MEANING_TAIL` characters: host work on the model's input stays
+    bounded whatever the command's length (``shlex.split`` is quadratic on some inputs).
+    """
+    tail = command[-_MEANING_TAIL:]
+    segments = [s for s in re.split(r"\|\||&&|[|;\n&]", tail) if s.strip()]
+    if len(command) > _MEANING_TAIL:
+        segments = segments[1:]  # the first one may be cut: its command name is unknown
     if not segments:
         return None
     try:
@@ -90,6 +105,12 @@ def terminal(
         workdir: directory to run this one command in (default: the task's working directory).
     """
     settings = ctx.settings
+    size = len(command.encode("utf-8", "surrogatepass"))
+    if size > MAX_COMMAND_BYTES:
+        raise ToolError(
+            f"Command too long ({size} bytes; the limit is {MAX_COMMAND_BYTES}). Write long scripts "
+            "to a file with write_file and run the file."
+        )
     if background:
         return _start_background(ctx, command, workdir)
     if timeout is not None and timeout > settings.terminal_max_foreground_timeout:
