@@ -7,7 +7,7 @@
 # The engine leaves the host network alone (no bridge, no iptables/NAT, no ip_forward);
 # its socket, data and state live under $HERMES_DOCKER_DIR (default /tmp/hermes-docker).
 # An engine already answering on that socket is reused. Debian packages (docker.io,
-# busybox-static, debootstrap, bubblewrap) are installed with apt only when missing.
+# busybox-static, debootstrap, bubblewrap, slirp4netns, iproute2) are installed with apt only when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +20,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)   # the sandboxes' outbound-only network
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)   # the network tests' stand-in internet
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   apt-get update -qq >&2
