@@ -36,6 +36,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,14 +67,37 @@ class RunInUseError(RuntimeError):
     """Another process holds the run's lock."""
 
 
-class RunLock:
-    """An exclusive, non-blocking lock on a run folder (``.lock``), released at exit or process death."""
+_LENT: dict[Path, bool] = {}
+"""Run folders whose lock this process holds with ``lend=True``, and whether it is lent out now."""
+_LENT_LOCK = threading.Lock()
 
-    def __init__(self, run_dir: Path):
+
+class RunLock:
+    """An exclusive, non-blocking lock on a run folder (``.lock``), released at exit or process death.
+
+    Args:
+        run_dir: the run folder.
+        lend: held by a command line for the flow it runs in this same process (taken before the
+            flow starts, so a second invocation is refused at once): while it is held, one other
+            RunLock of the folder in this process (the flow's) is granted without locking again.
+
+    Raises:
+        RunInUseError: (on enter) another process holds the lock, or another RunLock of this process.
+    """
+
+    def __init__(self, run_dir: Path, *, lend: bool = False):
         self.path = Path(run_dir) / ".lock"
+        self.lend = lend
         self._fh = None
+        self._borrowed: Path | None = None
 
     def __enter__(self) -> RunLock:
+        key = self.path.resolve()
+        with _LENT_LOCK:
+            if not self.lend and _LENT.get(key) is False:
+                _LENT[key] = True
+                self._borrowed = key
+                return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+")
         try:
@@ -90,10 +114,22 @@ class RunLock:
         fh.write(str(os.getpid()))
         fh.flush()
         self._fh = fh
+        if self.lend:
+            with _LENT_LOCK:
+                _LENT[key] = False
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._borrowed is not None:
+            with _LENT_LOCK:
+                if self._borrowed in _LENT:
+                    _LENT[self._borrowed] = False
+            self._borrowed = None
+            return
         if self._fh:
+            if self.lend:
+                with _LENT_LOCK:
+                    _LENT.pop(self.path.resolve(), None)
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
