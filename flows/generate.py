@@ -39,18 +39,25 @@ from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas, local_dask_cluster_settings, tune_garbage_collector
 from hermes_core import cancel
 from hermes_core.endpoints import resolve_backend
-from hermes_core.environments import isolation_warning
+from hermes_core.environments import isolation_warning, network_warning
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.limiter import run_limiter
 from hermes_core.runner import PromptJob, PromptOutcome, unavailable_tools
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks.dataset import Dataset, read_dataset
+from tasks.dataset import Dataset, DatasetError, read_dataset
 from tasks.images import prepare_sandboxes
 from tasks.ledger import RunLedger, RunLock
 from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from tasks.prompt import retry_condition, run_prompt_task, settle_failed_usage
-from tasks.run_setup import check_run_dir, finish_invocation, iter_jobs, prompt_ids, start_invocation
+from tasks.run_setup import (
+    check_run_dir,
+    finish_invocation,
+    iter_jobs,
+    prompt_ids,
+    refused_cwds,
+    start_invocation,
+)
 
 
 @task(name="read-dataset", persist_result=False)
@@ -59,6 +66,11 @@ def read_dataset_task(config: BatchConfig) -> Dataset:
     dataset = read_dataset(
         config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
     )
+    refused = refused_cwds(config, dataset, HermesSettings())
+    if refused:
+        raise DatasetError(
+            config.dataset_file, f"{len(refused)} record(s) with a cwd the local sandbox refuses", refused
+        )
     for line, reason in dataset.invalid:
         get_run_logger().warning("skipped invalid line %s of %s: %s", line, config.dataset_file, reason)
     return dataset
@@ -141,9 +153,12 @@ def _generate_trajectories(**options: Any) -> State:
         # docker: reap leftovers, check images
         backend = resolve_backend(config.terminal_env, HermesSettings())
         pending, image_failed = prepare_sandboxes(info.run_id, pending, dataset, ids, backend, ledger)
-        isolation = isolation_warning(backend, HermesSettings())
-        if isolation:
-            logger.warning("%s", isolation)
+        settings = HermesSettings()
+        warnings = [
+            w for w in (isolation_warning(backend, settings), network_warning(backend, settings)) if w
+        ]
+        for warning in warnings:
+            logger.warning("%s", warning)
         for tool, reason in sorted(unavailable_tools(config.distribution, HermesSettings()).items()):
             logger.info("tool %s not offered: %s", tool, reason)
         start_line = (
@@ -192,7 +207,7 @@ def _generate_trajectories(**options: Any) -> State:
         stats = statistics_task(
             config, merge, quote(index_of), info.total_duration, [f["prompt_id"] for f in failed], run_control
         )
-        _publish(config, stats, failed, warnings=[isolation] if isolation else [])
+        _publish(config, stats, failed, warnings=warnings)
         progress.announce(
             f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
             f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed · {meter_text(progress.figures())}"
@@ -381,7 +396,11 @@ def _record(job: PromptJob, state: State, ledger: RunLedger, progress: RunProgre
     if isinstance(exc, PromptCancelled) or state.is_cancelled():
         ledger.record_cancelled(job.prompt_id, job.prompt_index, getattr(exc, "usage", None))
         return None
-    error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
+    error_type = (
+        getattr(exc, "error_type", None) or type(exc).__name__
+        if isinstance(exc, BaseException)
+        else state.type.value
+    )
     message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
     attempts = getattr(exc, "attempts", None) or 1
     usage = getattr(exc, "usage", None)

@@ -42,6 +42,7 @@ from hermes_core.endpoints import require_key
 from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.options import DEFINING, CommaList
+from hermes_core.redaction import valid_text
 from hermes_core.trajectory import extract_reasoning
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
@@ -465,8 +466,8 @@ def _read_turn(response: Any) -> ModelTurn:
         raw = choice["message"]
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": raw.get("content"),
-            "reasoning": extract_reasoning(raw),
+            "content": _valid(raw.get("content")),
+            "reasoning": _valid(extract_reasoning(raw)),
             "finish_reason": choice.get("finish_reason"),
         }
         if raw.get("tool_calls"):
@@ -495,8 +496,16 @@ def _read_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": call.get("id") or f"call_{secrets.token_hex(8)}",  # some servers omit it: never null
         "type": "function",
-        "function": {"name": function.get("name"), "arguments": arguments},
+        "function": {"name": _valid(function.get("name")), "arguments": _valid(arguments)},
     }
+
+
+def _valid(text: Any) -> Any:
+    """A text of the model's reply as valid UTF-8 (a lone surrogate decoded from JSON becomes U+FFFD).
+
+    Unfixed, it would make the next request's body unencodable and every file write of the row fail.
+    """
+    return valid_text(text) if isinstance(text, str) else text
 
 
 def _describe(exc: openai.APIStatusError) -> str:

@@ -18,7 +18,31 @@ from __future__ import annotations
 
 
 class HermesError(Exception):
-    """Root of every error raised by hermes_core."""
+    """Root of every error raised by hermes_core.
+
+    Its text arguments pass the process's secret redaction when it is made
+    (:mod:`hermes_core.redaction`): a provider message that echoes the API key can reach the
+    console, a log, a Prefect state or the result store only as ``[REDACTED]``.
+    """
+
+    def __init__(self, *args: object):
+        if args:
+            from hermes_core.redaction import redact, valid_text
+
+            args = tuple(redact(valid_text(a)) if isinstance(a, str) else a for a in args)
+        super().__init__(*args)
+
+
+class UnexpectedError(HermesError):
+    """An exception of another library that ended a prompt, carried on as text only.
+
+    Attributes:
+        error_type: the original exception's class name (``failures.jsonl`` records it).
+    """
+
+    def __init__(self, error_type: str, message: str):
+        super().__init__(f"{error_type}: {message}" if message else error_type)
+        self.error_type = error_type
 
 
 class ConfigError(HermesError, ValueError):

@@ -1,9 +1,16 @@
-"""Secret redaction: every secret value this process knows is replaced by ``[REDACTED]`` (SPEC section 12).
+"""Secret redaction: every secret value this process knows is replaced by ``[REDACTED]`` (docs/architecture.md).
 
 Defence in depth behind the sandboxes' allow-listed environments: whatever a command
 manages to print (``env``, ``cat /proc/<parent>/environ``, a config file), no known secret
 goes back to the model, and so none reaches a trajectory, tombstone, failure line, log line
-or artifact.
+or artifact. The model's own text passes it too (:func:`clean_for_storage`, applied to every
+row before it reaches the ledger or the task cache): a model that decodes a leaked value and
+writes it in its answer leaves ``[REDACTED]`` in the data. Every exception of ours redacts its
+message when it is made (:class:`hermes_core.exceptions.HermesError`), any other one is
+scrubbed at the prompt task's boundary (:func:`scrub_exception`), and every log record of the
+process is redacted when it is made (:func:`install_log_redaction`): so a provider error that
+echoes the ``Authorization`` header reaches neither the console, nor Prefect's database (logs,
+task-run states, events) nor its result files.
 
 The secrets known are
 
@@ -13,26 +20,34 @@ The secrets known are
   (:data:`CREDENTIAL_NAME`: ``*_API_KEY``, ``*_TOKEN``, ``*_SECRET*``, ``*PASSWORD*``, ``*_KEY``)
   and whose value has at least :data:`MIN_ENV_SECRET_CHARS` characters.
 
-Each value is matched as written and as it appears inside a JSON string (escaped), so a
-tool result can be redacted before or after it is serialised. The environment is read once
-when the first text is redacted; :func:`refresh` reads it again.
+Each value is matched as written, inside a JSON string (escaped), and in its common encodings
+(:func:`encoded_forms`): base64 (standard and URL-safe) at each of the three byte offsets it can
+start at in a longer encoded text, hexadecimal (lower and upper case), reversed and
+URL-encoded. The environment is read once when the first text is redacted; :func:`refresh`
+reads it again.
 
-Cost: a tool result without a secret costs one substring search per known value (C speed,
-~1-3 us per 10 KB on this project's machine); a precompiled alternation pattern replaces the
-values only when one of them is present.
+Cost: a text without a secret costs one substring search per known form (C speed,
+~1-3 us per 10 KB per form on this project's machine); a precompiled alternation pattern
+replaces the values only when one of them is present.
 
 Examples:
     >>> r = Redactor(["sk-test-0123456789"])
     >>> r.redact("key=sk-test-0123456789 done")
     'key=[REDACTED] done'
+    >>> import base64
+    >>> "sk-test" in r.redact(base64.b64encode(b"the key is sk-test-0123456789").decode())
+    False
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -59,11 +74,39 @@ def credential_values(environ: Mapping[str, str]) -> list[str]:
     ]
 
 
+MIN_ENCODED_CHARS = 8
+"""Shortest encoded form (base64 middle part ...) that is matched; shorter ones would hit ordinary text."""
+
+
+def encoded_forms(value: str) -> set[str]:
+    """The forms a secret may take once a command or a model has re-encoded it.
+
+    * base64, standard and URL-safe alphabets: for each offset 0, 1, 2 of the secret inside a
+      longer text, the characters that encode only the secret's own bytes (the groups that mix
+      in a neighbour's bits are left out), so the secret is found wherever it sits in the input;
+    * hexadecimal, lower and upper case;
+    * the secret reversed;
+    * URL-encoded (``quote`` and ``quote_plus``), when that differs from the value.
+
+    Forms shorter than :data:`MIN_ENCODED_CHARS` are left out.
+    """
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = {raw.hex(), raw.hex().upper(), value[::-1]}
+    forms |= {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe="")}
+    for offset in range(3):
+        padded = b"\0" * offset + raw
+        first = 4 if offset else 0  # the group holding the padding bytes mixes in a neighbour's bits
+        last = (len(padded) // 3) * 4  # a last partial group mixes in the next byte's bits
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.add(encode(padded).decode("ascii")[first:last])
+    return {form for form in forms if len(form) >= MIN_ENCODED_CHARS and form != value}
+
+
 def _forms(value: str) -> set[str]:
-    """The value as written and JSON-escaped (inside a JSON string), both when they differ."""
+    """The value as written, JSON-escaped (inside a JSON string), and its encodings (:func:`encoded_forms`)."""
     escaped = json.dumps(value, ensure_ascii=False)[1:-1]
     ascii_escaped = json.dumps(value)[1:-1]
-    return {value, escaped, ascii_escaped}
+    return {value, escaped, ascii_escaped} | encoded_forms(value)
 
 
 class Redactor:
@@ -100,6 +143,97 @@ class Redactor:
         if isinstance(obj, list | tuple):
             return [self.redact_obj(v) for v in obj]
         return obj
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (``"\\ud83d"`` decoded from JSON) becomes U+FFFD.
+
+    A surrogate pair written as two escapes (``"\\ud83d\\ude00"``) becomes the one character it
+    stands for. Returns the same object when there is nothing to fix (one regex scan).
+    """
+    if _LONE_SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def clean_for_storage(obj: Any) -> Any:
+    """A JSON-like value ready to be written: every string (keys too) valid UTF-8 and redacted.
+
+    What every row, tombstone and failure line passes before it reaches the ledger, the task
+    cache or an export; ``obj`` itself is not changed.
+    """
+    redactor_now = redactor()
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return redactor_now.redact(valid_text(node))
+        if isinstance(node, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in node.items()}
+        if isinstance(node, list | tuple):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(obj)
+
+
+def scrub_exception(exc: BaseException) -> BaseException:
+    """An exception safe to hand to Prefect (state message, result store, logs): no secret in it.
+
+    Ours (:class:`~hermes_core.exceptions.HermesError`) redact their message when made and are
+    returned as they are. An ``OSError`` is redacted in place (its arguments, message and file
+    names), keeping its type for the retry policy. Any other exception becomes an
+    :class:`~hermes_core.exceptions.UnexpectedError` carrying only its class name and redacted
+    message: none of its attributes (an HTTP error keeps the request and its headers) and none of
+    its chain travel on.
+    """
+    from hermes_core.exceptions import HermesError, UnexpectedError
+
+    if isinstance(exc, HermesError):
+        return exc
+    if isinstance(exc, OSError):
+        exc.args = tuple(redact(valid_text(a)) if isinstance(a, str) else a for a in exc.args)
+        for name in ("strerror", "filename", "filename2"):
+            value = getattr(exc, name, None)
+            if isinstance(value, str):
+                setattr(exc, name, redact(valid_text(value)))
+        exc.__cause__ = exc.__context__ = None
+        return exc
+    scrubbed = UnexpectedError(type(exc).__name__, valid_text(str(exc)))
+    for name in ("usage", "attempts"):
+        if hasattr(exc, name):
+            setattr(scrubbed, name, getattr(exc, name))
+    return scrubbed
+
+
+def install_log_redaction() -> None:
+    """Redact every log record of this process when it is made (message, arguments, traceback). Idempotent.
+
+    Wraps the logging module's record factory, so it covers every logger and handler: the
+    console, Prefect's API log handler (the logs table of its database) and files.
+    """
+    current = logging.getLogRecordFactory()
+    if getattr(current, "hermes_redacting", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = current(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string is the logger's problem, not ours
+            message = None
+        if message is not None:
+            clean = redact(valid_text(message))
+            if clean is not message or record.args:
+                record.msg, record.args = clean, ()
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    factory.hermes_redacting = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 _lock = threading.Lock()
@@ -163,10 +297,15 @@ __all__ = [
     "CREDENTIAL_NAME",
     "REDACTED",
     "Redactor",
+    "clean_for_storage",
     "credential_values",
+    "encoded_forms",
+    "install_log_redaction",
     "redact",
     "redactor",
     "refresh",
     "register_secret",
     "register_secrets_of",
+    "scrub_exception",
+    "valid_text",
 ]

@@ -20,7 +20,7 @@ from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.limiter import run_limiter
-from hermes_core.redaction import register_secrets_of
+from hermes_core.redaction import clean_for_storage, register_secrets_of
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
@@ -180,7 +180,8 @@ def run_prompt(
         "usage": usage,
         "duration_s": duration,
     }
-    row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
+    # valid UTF-8 and redacted before it leaves: this row is what the task cache stores
+    row = clean_for_storage(build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration))
     status = "kept" if with_reasoning else "discarded"
     return PromptOutcome(status=status, row=row, **common)
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from hermes_core.redaction import clean_for_storage
+
 __all__ = [
     "BATCH_RE",
     "append_jsonl",
@@ -81,6 +83,10 @@ def write_json_atomic(path: Path, obj: Any, *, indent: int | None = 2) -> None:
 def append_jsonl(fh: IO[bytes], obj: Any) -> int:
     """Append ``obj`` as one JSON line (``ensure_ascii=False``, default separators, UTF-8) and fsync.
 
+    Every string is made valid UTF-8 and redacted first (:func:`hermes_core.redaction.clean_for_storage`):
+    a lone surrogate in a model's reply can neither crash the write nor be stored, and no known
+    secret reaches a ledger file, whatever wrote the row (a result cached by an older version too).
+
     Args:
         fh: a file opened in binary append mode (``"ab"``).
 
@@ -91,7 +97,7 @@ def append_jsonl(fh: IO[bytes], obj: Any) -> int:
         TypeError: ``obj`` is not JSON-serialisable (nothing is written).
         OSError: the write or fsync failed.
     """
-    data = (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+    data = (json.dumps(clean_for_storage(obj), ensure_ascii=False) + "\n").encode("utf-8")
     fh.write(data)
     fh.flush()
     os.fsync(fh.fileno())

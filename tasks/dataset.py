@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from hermes_core.redaction import valid_text
+
 __all__ = ["Dataset", "DatasetError", "PromptRecord", "read_dataset"]
 
 _MAX_LISTED_ERRORS = 10
@@ -142,6 +144,12 @@ class Dataset:
         keys = self._keys.hex()
         return (keys[i : i + 32] for i in range(0, len(keys), 32))
 
+    def cwds(self) -> Iterator[tuple[int, str]]:
+        """``(1-based line, cwd)`` of every record that has a ``cwd``, without reading the file."""
+        for index, (_image, cwd) in sorted(self._places.items()):
+            if cwd is not None:
+                yield self._lines[index], cwd
+
     def image(self, index: int) -> str | None:
         """The record's image (``image`` or else ``docker_image``), without reading the file."""
         return self._places.get(index, (None, None))[0]
@@ -174,7 +182,7 @@ class Dataset:
             raise DatasetError(self.path, "the dataset file changed after it was read; start the run again")
 
     def _build(self, index: int, raw: bytes) -> PromptRecord:
-        obj = json.loads(raw.decode("utf-8"))
+        obj = _valid(json.loads(raw.decode("utf-8")))
         image, cwd = self._places.get(index, (None, None))
         return PromptRecord(
             prompt_index=index,
@@ -360,6 +368,8 @@ def _fast_canonical(raw: bytes) -> tuple[dict[str, Any], bytes] | tuple[None, No
     is not a JSON object or not valid for orjson (NaN, lone surrogates, bad UTF-8, a blank line)
     the caller takes the exact path with :mod:`json`, so identities and error messages never depend on it.
     """
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        return None, None  # maybe deeply nested: the exact path measures the depth
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -382,14 +392,65 @@ def _has_float(value: Any) -> bool:
     return False
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of objects and arrays a record may have (a deeper line is invalid, not a crash)."""
+
+
 def _parse(text: str) -> tuple[dict[str, Any], None] | tuple[None, str]:
-    """Parse and validate one non-blank line: ``(record, None)`` or ``(None, reason)``."""
+    """Parse and validate one non-blank line: ``(record, None)`` or ``(None, reason)``.
+
+    Lone surrogates (a ``"\\ud800"`` escape) become U+FFFD, so every text of the record is valid
+    UTF-8 from here on (its identity, its row, the cache).
+    """
+    if _nesting_over(text, MAX_DEPTH):
+        return None, f"nested more than {MAX_DEPTH} levels deep"
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON: {exc.msg} (column {exc.colno})"
+    except RecursionError:
+        return None, f"nested more than {MAX_DEPTH} levels deep"
+    obj = _valid(obj)
     reason = _check(obj)
     return (None, reason) if reason else (obj, None)
+
+
+def _nesting_over(text: str, limit: int) -> bool:
+    """True when the JSON text opens more than ``limit`` objects/arrays at once (strings skipped); linear.
+
+    A cheap pre-check: bracket characters are counted only outside strings.
+    """
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
+def _valid(value: Any) -> Any:
+    """A decoded JSON value whose strings (keys too) are valid UTF-8 (lone surrogates -> U+FFFD)."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_text(k): _valid(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid(v) for v in value]
+    return value
 
 
 def _check(obj: Any) -> str | None:

@@ -23,11 +23,13 @@ from prefect.serializers import CompressedSerializer
 from pydantic import SecretStr
 
 from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError
-from hermes_core.redaction import register_secret
+from hermes_core.redaction import install_log_redaction, register_secret, scrub_exception
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
 
 CACHE_KEY_PREFIX = "hermes-prompt-"
+
+install_log_redaction()  # every process that runs prompts (flow process, Dask worker): no secret in a log
 
 _provided_key: SecretStr | None = None
 
@@ -100,17 +102,22 @@ def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = 
     (what this prompt's failed attempts in this process spent, summed), so the ledger records how
     many attempts really ran and what they cost. When a retry then succeeds, the earlier attempts'
     usage is added to the outcome's (and its row's) usage: a run's spend counts every attempt.
+    What Prefect gets (state message, result store, logs) is scrubbed of secrets first
+    (:func:`hermes_core.redaction.scrub_exception`).
     """
     attempt = task_run.run_count or 1
     key = job.prompt_id
     try:
         outcome = run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
     except Exception as exc:
-        exc.attempts = attempt
-        exc.usage = _add_usage(_failed_usage.pop(key, None), getattr(exc, "usage", None))
-        if exc.usage:
-            _failed_usage[key] = exc.usage  # a task retry may follow; the flow settles it when none does
-        raise
+        failure = scrub_exception(exc)
+        failure.attempts = attempt
+        failure.usage = _add_usage(_failed_usage.pop(key, None), getattr(exc, "usage", None))
+        if failure.usage:
+            _failed_usage[key] = failure.usage  # a task retry may follow; the flow settles it when none does
+        if failure is exc:
+            raise
+        raise failure from None
     earlier = _failed_usage.pop(key, None)
     if earlier:
         outcome.usage = _add_usage(earlier, outcome.usage)

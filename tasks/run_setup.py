@@ -49,6 +49,37 @@ class RunInfo:
         return sum(inv.get("duration_s", 0.0) for inv in self.data.get("invocations", []))
 
 
+def refused_cwds(config: Any, dataset: Dataset, settings: Any) -> list[tuple[int, str]]:
+    """``(line, reason)`` of each record whose ``cwd`` the local sandbox refuses (empty for other backends).
+
+    The rule is :func:`hermes_core.environments.workdir.cwd_problem`: an absolute cwd must lie under
+    ``HERMES_CWD_ROOTS`` (default: the dataset file's folder) and may not be, hold or lie inside a
+    system or home folder, this run's folder or its output folder. Each distinct cwd is checked once.
+
+    Args:
+        config: the run's :class:`~flows.config.BatchConfig` (dataset file, run and output folders, backend).
+        dataset: the read dataset.
+        settings: ``HermesSettings`` (backend default, ``cwd_roots``, ``cwd_copy_max_mb``).
+    """
+    from hermes_core.endpoints import resolve_backend
+    from hermes_core.environments.workdir import cwd_problem
+
+    if resolve_backend(config.terminal_env, settings) != "local":
+        return []
+    roots = settings.cwd_roots or [str(Path(config.dataset_file).resolve().parent)]
+    refused = [str(config.run_dir.resolve()), str(config.run_dir.resolve().parent)]
+    problems: dict[str, str | None] = {}
+    found = []
+    for line, cwd in dataset.cwds():
+        if cwd not in problems:
+            problems[cwd] = cwd_problem(
+                cwd, roots=roots, refused=refused, max_copy_bytes=settings.cwd_copy_max_mb << 20
+            )
+        if problems[cwd]:
+            found.append((line, f"cwd {problems[cwd]}"))
+    return found
+
+
 def has_outputs(run_dir: Path) -> bool:
     """True when the folder holds a run (run.json, a batch file, a checkpoint or trajectories)."""
     if not run_dir.is_dir():

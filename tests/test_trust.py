@@ -90,6 +90,70 @@ def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key
     assert not any(s in bodies for s in secrets)  # nothing secret was sent to the provider
 
 
+def _flow_run_records(api_url: str, flow_run_id: str) -> str:
+    """Everything the Prefect server holds about a flow run, as text: its state, task runs, logs, events.
+
+    Polls until the failed prompt's task-run state and the flow run's final state are in (the server
+    ingests logs and events in the background).
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        flow = httpx.get(f"{api_url}/flow_runs/{flow_run_id}").json()
+        tasks = httpx.post(
+            f"{api_url}/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run_id]}}, "limit": 200}
+        ).json()
+        logs = httpx.post(
+            f"{api_url}/logs/filter", json={"logs": {"flow_run_id": {"any_": [flow_run_id]}}, "limit": 200}
+        ).json()
+        events = httpx.post(
+            f"{api_url}/events/filter",
+            json={"filter": {"related": {"resources_in_roles": [[f"prefect.flow-run.{flow_run_id}", "flow-run"]]}},
+                  "limit": 200},
+        ).json()  # fmt: skip
+        text = json.dumps([flow, tasks, logs, events])
+        failed = [t for t in tasks if t["state"] and t["state"]["type"] == "FAILED"]
+        if (failed and flow["state"]["type"] == "FAILED" and "prompt 0 failed" in text) or (
+            time.monotonic() > deadline
+        ):
+            return text
+        time.sleep(0.5)
+
+
+def test_a_provider_error_that_echoes_the_key_leaks_it_nowhere(cli, tmp_path):
+    """401 quoting the Authorization header: the console, the run folder and Prefect's database get [REDACTED]."""
+    dataset = _write(cli.cwd / "echo.jsonl", ["echo auth prompt"])
+    with MockServer() as server:
+        args = run_args(dataset, "echo-auth", server, model="mock/scripted?echo_auth=true")
+        proc = cli(*args, env={"OPENROUTER_API_KEY": MODEL_KEY})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    assert "Incorrect API key provided: Bearer [REDACTED]" in console and MODEL_KEY not in console
+    run = cli.cwd / "data" / "echo-auth"
+    failure = _jsonl(run / "failures.jsonl")[0]
+    assert failure["error_type"] == "ModelError" and "[REDACTED]" in failure["message"]
+    for path, data in _all_bytes(run):
+        assert MODEL_KEY.encode() not in data, path  # .prefect-results included (the stored exception)
+    flow_run_id = json.loads((run / "run.json").read_text())["invocations"][-1]["flow_run_id"]
+    records = _flow_run_records(cli.api_url, flow_run_id)
+    assert "Bearer [REDACTED]" in records  # the error reached the server: state messages, logs
+    assert MODEL_KEY not in records
+
+
+def test_the_models_own_text_is_redacted_in_every_row(cli, tmp_path):
+    """A model that writes a leaked key in its answer (decoded by itself): rows, cache and export hold [REDACTED]."""
+    dataset = _write(cli.cwd / "answer.jsonl", [f"[mock:turns=0,answer=the key is {MODEL_KEY} ok] answer"])
+    with MockServer() as server:
+        proc = cli(*run_args(dataset, "model-text", server), env={"OPENROUTER_API_KEY": MODEL_KEY})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = cli.cwd / "data" / "model-text"
+    row = _jsonl(run / "trajectories.jsonl")[0]
+    assert row["conversations"][-1]["value"].endswith("the key is [REDACTED] ok")
+    exported = cli("export", str(run), "--out", str(tmp_path / "hf"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    for path, data in [*_all_bytes(run), *_all_bytes(tmp_path / "hf")]:
+        assert MODEL_KEY.encode() not in data, path
+
+
 def _holders(hold: Path) -> list[psutil.Process]:
     """Live processes (in sandboxes too) whose command line waits on the ``hold`` file."""
     found = []

@@ -166,7 +166,7 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
     return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 
 
-from hermes_core.environments.isolation import isolation_warning  # noqa: E402 - needs the classes above
+from hermes_core.environments.isolation import isolation_warning, network_warning  # noqa: E402 - needs the classes above
 
 __all__ = [
     "BACKENDS",
@@ -179,4 +179,5 @@ __all__ = [
     "container_image",
     "create_environment",
     "isolation_warning",
+    "network_warning",
 ]

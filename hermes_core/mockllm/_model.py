@@ -560,6 +560,8 @@ def completion(
             if seen:
                 content = f'Answer to "{turn.words}": {seen}'
             reasoning = f'The user asks about "{turn.words}"; I can answer directly without tools.'
+        if options.answer is not None:
+            content = options.answer
         finish_reason = "stop"
         if options.length:
             content = content[: max(1, len(content) // 2)]

@@ -62,6 +62,11 @@ class MockOptions(BaseModel):
     error_status: int = Field(
         500, ge=500, le=599, description="HTTP status of error_5xx and fail_rate answers."
     )
+    echo_auth: bool = Field(
+        False,
+        description="Answer 401 quoting the request's Authorization header in the error message, as some "
+        "providers do (tests that the key never reaches a log, a state or a file).",
+    )
     fail_rate: float | None = Field(
         None, ge=0, le=1, description="Fraction of conversations (seeded hash) that fail on every request."
     )
@@ -83,6 +88,11 @@ class MockOptions(BaseModel):
         None,
         description="Command of the first turn's terminal call instead of the plan's `ls -la && echo ...` "
         "(in a prompt directive it cannot contain `,` or `]`).",
+    )
+    answer: str | None = Field(
+        None,
+        description="Text of the final answer instead of the deterministic reply (in a prompt directive it "
+        "cannot contain `,` or `]`).",
     )
     url: str | None = Field(
         None,

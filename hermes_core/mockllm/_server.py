@@ -156,7 +156,7 @@ def _latency_s(options: MockOptions, key: str) -> float:
     return options.latency_ms / 1000
 
 
-async def _answer(state: _State, body: Any) -> tuple[JSONResponse, str, Any, int]:
+async def _answer(state: _State, body: Any, authorization: str = "") -> tuple[JSONResponse, str, Any, int]:
     """Answer one chat-completions request body: (response, conversation key, model, turn)."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         state.arrive(None)
@@ -183,6 +183,9 @@ async def _answer(state: _State, body: Any) -> tuple[JSONResponse, str, Any, int
         msg = "stream=true is not supported by the mock model; send a non-streaming request"
         return _error(400, msg, "invalid_request_error", "stream_not_supported"), key, model, turn
 
+    if options.echo_auth:
+        msg = f"Incorrect API key provided: {authorization or '(none)'}"
+        return _error(401, msg, "invalid_request_error", "invalid_api_key"), key, model, turn
     if options.max_in_flight and state.in_flight > options.max_in_flight:
         retry = f"{options.retry_after:g}"
         msg = (
@@ -235,7 +238,7 @@ def create_app(request_log: str | None = None, log_bodies: bool = False) -> Fast
             body = None
         state.opened()
         try:
-            response, key, model, turn = await _answer(state, body)
+            response, key, model, turn = await _answer(state, body, request.headers.get("authorization", ""))
         finally:
             state.closed()
         state.answered(key, model, response.status_code, turn, body)
