@@ -1,23 +1,38 @@
-"""The run's spend cap (SPEC section 13, Budget): whether the next prompt may start, and what to say when not.
+"""The run's spend cap (SPEC section 13, Budget): whether the next prompt, and the next model
+request, may start, and what to say when not.
 
 The spend is the whole run's, every invocation, from the ledger (:class:`tasks.spend.SpendTally`,
-kept current by the ledger as rows, tombstones and failures are written). Cost is the
-provider-reported ``usage.cost``; tokens of requests without one are priced with
-``price_per_mtok_in`` / ``price_per_mtok_out`` (USD per million prompt / completion tokens).
+kept current by the ledger as rows, tombstones and failures are written), and, between two
+ledger writes, the usage of every model request this process made (told by the model client
+through :mod:`hermes_core.spend_guard`). Cost is the provider-reported ``usage.cost``; tokens of
+requests without one are priced with ``price_per_mtok_in`` / ``price_per_mtok_out`` (USD per
+million prompt / completion tokens).
 
-The next prompt may start when the spend so far plus what the prompts in flight and that prompt
-are expected to spend (each: the run's mean spend per finished prompt; 0 before any finished)
-stays within every cap. Once a prompt is refused, none starts again in this invocation. So the
-overshoot is bounded by the prompts in flight when the cap is reached (what they spend beyond
-the mean), and it is reported.
+Prompts: while no prompt of the run has finished (nothing is known of what one costs), one
+prompt runs at a time (slow start). After that the next prompt may start when the spend so far
+plus what the prompts in flight and that prompt are expected to spend (each: the run's mean
+spend per finished prompt) stays within every cap.
+
+Requests: before each model request, the cap is reached when the spend so far is at the cap, or
+would pass it with one more request at this invocation's mean cost per request. Then no new
+prompt starts; with ``on_budget=cancel`` that request is not sent and every running prompt is
+cancelled (they stay pending for ``--resume``); with ``drain`` the running prompts finish.
+
+The bound: the spend passes the cap by at most what the requests in flight at the moment it was
+reached cost (``cancel``), or what the prompts in flight then spend to their end (``drain``);
+before the first answer of a run, that is one request of one prompt. The overshoot is reported.
+Prompts on Dask workers (other processes) are checked when they start, not per request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
 from hermes_core import cancel
+from hermes_core.client import Usage
+from hermes_core.exceptions import PromptCancelled
 from tasks.spend import Spend, SpendTally
 
 
@@ -57,8 +72,11 @@ class Budget:
         on_budget: ``drain`` (running prompts finish) or ``cancel`` (they are cancelled).
 
     Attributes:
-        reached: True once a prompt was refused for the cap.
+        reached: True once a prompt or a request was refused for the cap.
         spent_at_stop: the spend when the cap was reached (for the overshoot), or None.
+
+    It is the run's :class:`hermes_core.spend_guard.RequestGuard` (:meth:`before_request`,
+    :meth:`after_request`); thread-safe.
     """
 
     def __init__(
@@ -79,6 +97,9 @@ class Budget:
         self.on_budget = on_budget
         self.reached = False
         self.spent_at_stop: tuple[float | None, int] | None = None
+        self._before = dataclasses.replace(tally.total)  # the spend of earlier invocations
+        self._requests = Spend()  # every answered model request of this process since
+        self._lock = threading.RLock()
 
     @classmethod
     def of(cls, config: Any, tally: SpendTally) -> Budget:
@@ -110,31 +131,82 @@ class Budget:
     def allows(self, in_flight: int) -> bool:
         """Whether one more prompt may start with ``in_flight`` prompts running; O(1).
 
-        The first refusal turns :attr:`reached` on and stops new attempts of this process
-        (:func:`hermes_core.cancel.hold_new_prompts`: a retry that would start later ends
-        without a trajectory and stays pending; prompts already admitted run); with
-        ``on_budget=cancel`` it also cancels the running ones
+        False without reaching the cap while no prompt of the run has finished and one runs (slow
+        start: ask again when it ends). The first refusal for the cap turns :attr:`reached` on and
+        stops new attempts of this process (:func:`hermes_core.cancel.hold_new_prompts`: a retry
+        that would start later ends without a trajectory and stays pending; prompts already
+        admitted run); with ``on_budget=cancel`` it also cancels the running ones
         (:func:`hermes_core.cancel.cancel_running`, in a thread).
         """
         if not self.capped:
             return True
-        if self.reached:
-            return False
-        spent = self.spent
-        ahead = in_flight + 1  # the prompts running and this one, each expected to spend the mean
-        share = ahead / spent.records if spent.records else 0.0
-        ok = True
-        if self.max_total_tokens is not None:
-            ok = spent.total_tokens * (1 + share) <= self.max_total_tokens
-        if ok and self.max_cost_usd is not None:
-            ok = (self.cost or 0.0) * (1 + share) <= self.max_cost_usd
-        if not ok:
-            self._reach()
-        return ok
+        with self._lock:
+            if self.reached:
+                return False
+            cost, tokens = self._current()
+            if self._over(cost, tokens):
+                self._reach()
+                return False
+            finished = self.spent.records
+            if not finished:
+                return in_flight == 0  # slow start: one prompt until one has finished
+            share = (in_flight + 1) / finished  # the prompts running and this one, each at the mean
+            if self._over(cost * (1 + share), tokens * (1 + share)):
+                self._reach()
+                return False
+            return True
+
+    def before_request(self) -> None:
+        """Before a model request: reach the cap if the spend is at it, or would pass it with one
+        more request at this invocation's mean cost per request.
+
+        Raises:
+            PromptCancelled: the cap is reached and ``on_budget`` is ``cancel`` (the request is not sent).
+        """
+        if not self.capped:
+            return
+        with self._lock:
+            if not self.reached:
+                cost, tokens = self._current()
+                requests = self._requests
+                per_cost = (requests.cost_usd(self.price_in, self.price_out) or 0.0) / max(
+                    requests.records, 1
+                )
+                per_tokens = requests.total_tokens / max(requests.records, 1)
+                if self._over(cost, tokens, at=True) or self._over(cost + per_cost, tokens + per_tokens):
+                    self._reach()
+            if self.reached and self.on_budget == "cancel":
+                raise PromptCancelled("budget reached: the model request was not sent")
+
+    def after_request(self, usage: Usage) -> None:
+        """Count an answered model request's usage (tokens, cost in USD) in the run's spend."""
+        if self.capped:
+            with self._lock:
+                self._requests.add_usage(usage.as_dict())
+
+    def _current(self) -> tuple[float, int]:
+        """The run's spend now (USD, tokens): the ledger's, or earlier invocations' plus this
+        process's requests when that is more (prompts still running)."""
+        live = dataclasses.replace(self._before)
+        live.merge(self._requests)
+        cost = max(self.cost or 0.0, live.cost_usd(self.price_in, self.price_out) or 0.0)
+        return cost, max(self.spent.total_tokens, live.total_tokens)
+
+    def _over(self, cost: float, tokens: float, *, at: bool = False) -> bool:
+        """Whether ``cost`` (USD) or ``tokens`` pass a cap (``at``: or are at it)."""
+        if self.max_total_tokens is not None and (
+            tokens >= self.max_total_tokens if at else tokens > self.max_total_tokens
+        ):
+            return True
+        return self.max_cost_usd is not None and (
+            cost >= self.max_cost_usd if at else cost > self.max_cost_usd
+        )
 
     def _reach(self) -> None:
+        if self.reached:
+            return
         self.reached = True
-        self.spent_at_stop = (self.cost, self.spent.total_tokens)
+        self.spent_at_stop = self._current()
         cancel.hold_new_prompts()
         if self.on_budget == "cancel":
             threading.Thread(target=cancel.cancel_running, name="hermes-budget-cancel", daemon=True).start()

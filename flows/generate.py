@@ -37,7 +37,7 @@ from flows.config import BatchConfig, options_docstring, options_signature
 from flows.progress import RunProgress, artifact_key, meter_text
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas, local_dask_cluster_settings, tune_garbage_collector
-from hermes_core import cancel
+from hermes_core import cancel, spend_guard
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
 from hermes_core.exceptions import PromptCancelled
@@ -176,9 +176,12 @@ def _generate_trajectories(**options: Any) -> State:
         progress.meter = _meter(config, budget, limiter, total=len(ids))
         progress.open(line=start_line)
         jobs = iter_jobs(dataset, config.settings_hash(), pending)  # in prompt order, read one at a time
+        if budget.capped:
+            spend_guard.register(info.run_id, budget)  # checked before each model request of this process
         try:
             failed = image_failed + _run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
         finally:
+            spend_guard.unregister(info.run_id)
             progress.close()
         ledger.write_checkpoint()
         ledger.close()
@@ -365,7 +368,7 @@ def _sliding_window(
         future.wait()  # the final state travels with the future (the API may still say Pending)
         outcome = _record(job, future.state, ledger, progress, failed)
         _forget(runner, future, outcome)
-        if submit_next():
+        while in_flight < window and submit_next():  # one, or more after a spend cap's slow start
             in_flight += 1
     return failed
 

@@ -43,6 +43,7 @@ from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.options import DEFINING, CommaList
 from hermes_core.redaction import valid_text
+from hermes_core.spend_guard import RequestGuard
 from hermes_core.trajectory import extract_reasoning
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
@@ -268,6 +269,8 @@ class ModelClient:
         timeout: seconds per request (each attempt).
         max_retries: retries of one request on transient errors (so ``max_retries + 1`` attempts).
         limiter: the run-wide limit on requests in flight, or None (no limit).
+        guard: the run's spend cap, asked before each request and told each answer's usage
+            (:mod:`hermes_core.spend_guard`), or None.
 
     Raises:
         ConfigError: no key for an endpoint that is not on this machine.
@@ -282,9 +285,11 @@ class ModelClient:
         timeout: float = 600.0,
         max_retries: int = 5,
         limiter: ConcurrencyLimiter | None = None,
+        guard: RequestGuard | None = None,
     ):
         self.options = options
         self.limiter = limiter
+        self.guard = guard
         self.base_url = base_url
         self.timeout = timeout
         self.max_retries = max_retries
@@ -335,21 +340,27 @@ class ModelClient:
         return retrying(self._attempt, body, timeout or self.timeout, deadline)
 
     def _attempt(self, body: dict[str, Any], timeout: float, deadline: float | None) -> ModelTurn:
-        """One HTTP request, in a slot of the run's limiter when there is one (see :meth:`_request`)."""
-        limiter = self.limiter
+        """One HTTP request, in a slot of the run's limiter when there is one (see :meth:`_request`),
+        checked against the run's spend cap when there is a guard (it may raise PromptCancelled)."""
+        limiter, guard = self.limiter, self.guard
+        if guard is not None:
+            guard.before_request()
         if limiter is None:
-            return self._request(body, timeout, deadline, {})
-        ticket = limiter.acquire(deadline)
-        seen: dict[str, Any] = {}
-        try:
-            turn = self._request(body, timeout, deadline, seen)
-        finally:
-            limiter.release(
-                ticket,
-                status=seen.get("status"),
-                retry_after=seen.get("retry_after"),
-                headers=seen.get("headers"),
-            )
+            turn = self._request(body, timeout, deadline, {})
+        else:
+            ticket = limiter.acquire(deadline)
+            seen: dict[str, Any] = {}
+            try:
+                turn = self._request(body, timeout, deadline, seen)
+            finally:
+                limiter.release(
+                    ticket,
+                    status=seen.get("status"),
+                    retry_after=seen.get("retry_after"),
+                    headers=seen.get("headers"),
+                )
+        if guard is not None:
+            guard.after_request(turn.usage)
         return turn
 
     def _post(self, body: dict[str, Any], timeout: float) -> httpx.Response:

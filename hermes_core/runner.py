@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from hermes_core import spend_guard
 from hermes_core.agent import Agent, AgentConfig, AgentResult
 from hermes_core.cancel import check_cancelled, check_may_start, tracked
 from hermes_core.client import ModelClient, ModelOptions
@@ -139,6 +140,7 @@ def run_prompt(
         )
         if spec.max_requests_in_flight
         else None,
+        guard=spend_guard.guard_of(spec.run_id),
     )
     toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.record_key))
     tools, _ = offered_tools([ts for ts in toolsets if ts in TOOLSETS], settings)
@@ -159,6 +161,7 @@ def run_prompt(
                 api_key=settings.api_key,
                 model=spec.model.model,
                 limiter=client.limiter,
+                guard=client.guard,
             )
             ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
             try:

@@ -92,11 +92,14 @@ def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli
 def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, server):
     marker = f"97.{time.monotonic_ns() % 10**6}"
     slow = [f"[mock:command=sh -c 'exec sleep {marker}'] capped slow {i}" for i in range(2)]
-    dataset = _write(cli.cwd / "cancel.jsonl", ["capped fast prompt: list files", *slow])
+    fast = [f"capped fast prompt {i}: list files" for i in range(3)]  # 3 requests each
+    dataset = _write(cli.cwd / "cancel.jsonl", [fast[0], *slow, fast[1], fast[2]])
     model = "mock/scripted?cost=0.01"
     args = run_args(dataset, "capcancel", server, "--num_workers=3", "--on_budget=cancel", model=model)
     started = time.monotonic()
-    proc = cli(*args, "--max_cost_usd=0.02")
+    # slow start: prompt 0 alone ($0.03); then 1, 2 and 3 are admitted (0.03 x 4 <= 0.12); when 3
+    # ends the mean is $0.04 and a 4th would pass the cap: reached, the sleeping prompts cancelled
+    proc = cli(*args, "--max_cost_usd=0.12")
     took = time.monotonic() - started
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert took < 80  # the sleeps (97 s) were cut short
@@ -106,12 +109,38 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
     assert host_pids_with(f"sleep\0{marker}") == []
     run = cli.cwd / "data" / "capcancel"
     assert _state(cli, run)["name"] == "BudgetReached"
-    assert [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")] == [0]
+    assert [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")] == [0, 3]
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
     cancelled = _jsonl(run / "cancelled.jsonl")  # what they had spent still counts
     assert sorted(c["prompt_index"] for c in cancelled) == [1, 2]
+    assert conversation_key(fast[2]) not in server.stats()["by_conversation"]  # never started
     stats = json.loads((run / "statistics.json").read_text())
-    assert stats["budget"]["cost_usd"] == pytest.approx(0.03 + 0.02)
+    assert stats["budget"]["cost_usd"] == pytest.approx(0.03 + 0.02 + 0.03)
+
+
+@pytest.mark.parametrize("on_budget", ["cancel", "drain"])
+def test_a_cap_smaller_than_one_prompt_costs_at_most_one_request_or_one_prompt(cli, server, on_budget):
+    """$1 a reply, a $0.50 cap, 8 workers: before any spend is known only one prompt runs, and
+    each request checks the cap: ``cancel`` sends no request past it, ``drain`` finishes that one
+    prompt (3 requests). Without the slow start the 8 prompts ran at once: $24, 48 times the cap."""
+    prompts = [f"costly prompt {i}: list files" for i in range(8)]
+    dataset = _write(cli.cwd / f"costly-{on_budget}.jsonl", prompts)
+    model = "mock/scripted?cost=1"
+    extra = ("--num_workers=8", f"--on_budget={on_budget}")
+    proc = cli(*run_args(dataset, f"costly-{on_budget}", server, *extra, model=model), "--max_cost_usd=0.5")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    run = cli.cwd / "data" / f"costly-{on_budget}"
+    answered = [line for line in _jsonl(server.log) if line["status"] == 200]
+    stats = json.loads((run / "statistics.json").read_text())
+    rows = _jsonl(run / "trajectories.jsonl") if (run / "trajectories.jsonl").exists() else []
+    if on_budget == "cancel":
+        assert len(answered) == 1 and stats["budget"]["cost_usd"] == pytest.approx(1.0)
+        assert rows == [] and [c["prompt_index"] for c in _jsonl(run / "cancelled.jsonl")] == [0]
+    else:
+        assert len(answered) == 3 and stats["budget"]["cost_usd"] == pytest.approx(3.0)
+        assert [r["prompt_index"] for r in rows] == [0]
+    assert stats["budget"]["overshoot_usd"] == pytest.approx(stats["budget"]["cost_usd"] - 0.5)
+    assert {conversation_key(p) for p in prompts[1:]}.isdisjoint(server.stats()["by_conversation"])
 
 
 def test_adaptive_concurrency_keeps_under_a_providers_limit(cli, server):

@@ -24,6 +24,7 @@ from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.endpoints import is_local_endpoint
 from hermes_core.exceptions import ConfigError, ModelError
 from hermes_core.limiter import ConcurrencyLimiter
+from hermes_core.spend_guard import RequestGuard
 from hermes_core.tools._registry import ToolContext
 
 _THINK = re.compile(r"<(think|REASONING_SCRATCHPAD)>.*?</\1>\s*", re.DOTALL)
@@ -35,12 +36,14 @@ class AuxModelError(Exception):
 
 @dataclass(frozen=True)
 class AuxEndpoint:
-    """Where an auxiliary call goes: endpoint, key, model id and the limiter of its requests (or None)."""
+    """Where an auxiliary call goes: endpoint, key, model id, the limiter of its requests (or None)
+    and the run's spend cap (its usage counts in the prompt's, wherever it goes; or None)."""
 
     base_url: str
     api_key: SecretStr | None
     model: str
     limiter: ConcurrencyLimiter | None = None
+    guard: RequestGuard | None = None
 
 
 def own_endpoint_problem(
@@ -69,7 +72,7 @@ def resolve(
     if not model_id:
         raise AuxModelError("no model id: set the tool's model setting")
     limiter = run.limiter if run and not base_url else None  # the tool's own endpoint is not the run's
-    return AuxEndpoint(url, key, model_id, limiter)
+    return AuxEndpoint(url, key, model_id, limiter, run.guard if run else None)
 
 
 def complete(ctx: ToolContext, endpoint: AuxEndpoint, messages: list[dict[str, Any]], timeout: float) -> str:
@@ -86,6 +89,7 @@ def complete(ctx: ToolContext, endpoint: AuxEndpoint, messages: list[dict[str, A
             timeout=timeout,
             max_retries=ctx.settings.max_retries,
             limiter=endpoint.limiter,
+            guard=endpoint.guard,
         )
         turn = client.complete(messages, [], timeout=ctx.bound_timeout(timeout), deadline=ctx.deadline)
     except (ConfigError, ModelError) as exc:

@@ -29,6 +29,7 @@ from hermes_core.exceptions import PromptTimeout, ToolError
 from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.redaction import redact
 from hermes_core.settings import HermesSettings
+from hermes_core.spend_guard import RequestGuard
 
 Availability = Callable[[HermesSettings], str | None]
 """Returns None when the tool can be offered, else the reason it cannot."""
@@ -44,12 +45,15 @@ class ModelEndpoint:
         model: the run's model id.
         limiter: the run's limit on requests in flight to ``base_url`` (None: no limit); an
             auxiliary call to this endpoint takes a slot of it like the agent's own calls.
+        guard: the run's spend cap (:mod:`hermes_core.spend_guard`), asked before every
+            auxiliary call to this endpoint like before the agent's own; None: unchecked.
     """
 
     base_url: str
     api_key: SecretStr | None
     model: str
     limiter: ConcurrencyLimiter | None = None
+    guard: RequestGuard | None = None
 
 
 @dataclass
