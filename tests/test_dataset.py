@@ -251,3 +251,36 @@ def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
     lines = [{"prompt": "f", "score": 0.1}, {"prompt": "big", "n": 2**70}]
     ds = read_dataset(_write(tmp_path, "".join(json.dumps(x) + "\n" for x in lines)))
     assert [r.content_key for r in ds.records] == [_key(lines[0]), _key(lines[1])]
+
+
+@pytest.mark.parametrize(
+    "bad_line",
+    [
+        '{"prompt": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",  # well formed, too deep
+        '{"prompt": "deep", "x": ' + "[" * 100_000 + "}",  # and cut off
+        '{"prompt": "deep", "x": ' + '{"a": ' * 70 + "1" + "}" * 70 + "}",  # just over the limit
+    ],
+)
+def test_a_line_nested_too_deep_is_a_line_error_not_a_recursion_error(tmp_path, bad_line):
+    path = _write(tmp_path, '{"prompt": "ok"}\n' + bad_line + "\n")
+    with pytest.raises(DatasetError) as info:
+        read_dataset(path)
+    [(line, reason)] = info.value.errors
+    assert line == 2 and ("nested more than 64 levels" in reason or "invalid JSON" in reason), reason
+    assert [r.prompt for r in read_dataset(path, skip_invalid=True).records] == ["ok"]
+
+
+def test_deep_but_allowed_nesting_is_kept(tmp_path):
+    nested = '{"a": ' * 60 + "1" + "}" * 60
+    path = _write(tmp_path, '{"prompt": "ok", "meta": ' + nested + "}\n")
+    assert [r.prompt for r in read_dataset(path).records] == ["ok"]
+
+
+def test_lone_surrogates_in_a_record_become_the_replacement_character(tmp_path):
+    path = _write(
+        tmp_path, '{"prompt": "a \\ud800 b", "cwd": "w\\udfff"}\n{"prompt": "pair \\ud83d\\ude00"}\n'
+    )
+    records = read_dataset(path).records
+    assert [r.prompt for r in records] == ["a \ufffd b", "pair \U0001f600"]  # a real pair stays an emoji
+    assert records[0].cwd == "w\ufffd"
+    assert all(r.prompt.encode("utf-8") for r in records)

@@ -289,3 +289,31 @@ def test_the_summary_is_only_this_flow_runs(tmp_path, capsys, same_flow_run):
             and "ended before writing its statistics" in out
             and "engine crashed" in out
         )
+
+
+def test_a_lone_surrogate_in_a_reply_or_a_prompt_is_replaced_and_the_run_resumes(cli, tmp_path):
+    """A reply carrying ``\\ud83d`` (half an emoji, as JSON can carry it) and a prompt carrying
+    ``\\ud800`` used to crash the ledger write, and every resume after it: each is U+FFFD now."""
+    dataset = cli.cwd / "surrogates.jsonl"
+    dataset.write_text(
+        '{"prompt": "plain prompt"}\n{"prompt": "broken \\ud800 prompt"}\n{"prompt": "third prompt"}\n',
+        encoding="utf-8",
+    )
+    with MockServer() as server:
+        args = run_args(dataset, "surrogates", server, model="mock/scripted?turns=0&lone_surrogate=true")
+        proc = cli(*args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run = cli.cwd / "data" / "surrogates"
+        rows = _jsonl(run / "trajectories.jsonl")
+        assert [r["conversations"][1]["value"] for r in rows] == [
+            "plain prompt",
+            "broken \ufffd prompt",
+            "third prompt",
+        ]
+        assert all(r["conversations"][-1]["value"].endswith("\ufffd") for r in rows)
+        for path, data in _all_bytes(run):
+            assert data.decode("utf-8", errors="replace").encode() == data, path  # valid UTF-8
+        requests = server.stats()["requests"]
+        resumed = cli(*args, "--resume")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert _jsonl(run / "trajectories.jsonl") == rows and server.stats()["requests"] == requests

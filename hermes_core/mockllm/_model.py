@@ -562,6 +562,8 @@ def completion(
             reasoning = f'The user asks about "{turn.words}"; I can answer directly without tools.'
         if options.answer is not None:
             content = options.answer
+        if options.lone_surrogate:
+            content += "\ud83d"  # half of a UTF-16 pair: JSON can carry it (as an escape), UTF-8 cannot
         finish_reason = "stop"
         if options.length:
             content = content[: max(1, len(content) // 2)]

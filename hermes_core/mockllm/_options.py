@@ -94,6 +94,11 @@ class MockOptions(BaseModel):
         description="Text of the final answer instead of the deterministic reply (in a prompt directive it "
         "cannot contain `,` or `]`).",
     )
+    lone_surrogate: bool = Field(
+        False,
+        description="Append a lone UTF-16 surrogate (U+D83D, half an emoji) to the final answer, as a "
+        "broken provider may; it travels as the JSON escape \\ud83d.",
+    )
     url: str | None = Field(
         None,
         description="Page the browser and web scenarios open or extract; default: the first non-image URL of the prompt.",

@@ -131,6 +131,15 @@ class _State:
             self._peak_in_flight = self._in_flight
 
 
+class _AsciiJSON(JSONResponse):
+    """A JSON answer with every non-ASCII character escaped, as ``json.dumps`` does by default (and
+    many providers): it can carry a lone surrogate (``lone_surrogate``), which UTF-8 cannot."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as compact ASCII JSON bytes."""
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def _error(
     status: int, message: str, type_: str, code: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -210,7 +219,7 @@ async def _answer(state: _State, body: Any, authorization: str = "") -> tuple[JS
     if n < hangs + options.rate_limit + options.error_5xx:
         msg = f"mock server error {options.error_status} (error_5xx={options.error_5xx}, request {n})"
         return _error(options.error_status, msg, "server_error", "mock_error_5xx"), key, model, turn
-    return JSONResponse(completion(body, options, key, n, model)), key, model, turn
+    return _AsciiJSON(completion(body, options, key, n, model)), key, model, turn
 
 
 def create_app(request_log: str | None = None, log_bodies: bool = False) -> FastAPI:
