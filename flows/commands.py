@@ -52,7 +52,11 @@ def build_export_parser() -> argparse.ArgumentParser:
         description="Export a run's trajectories as Parquet shards with a Hugging Face dataset card.",
     )
     p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
-    p.add_argument("--out", required=True, help="output folder (created; must be empty unless --overwrite)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output folder (created; must be empty unless --overwrite; never in or around a run or output folder)",
+    )
     p.add_argument(
         "--format",
         choices=("sharegpt", "messages"),
@@ -69,7 +73,11 @@ def build_export_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--push_to_hub", metavar="REPO_ID", help="upload the folder to this Hugging Face dataset repo"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in --out")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier export in --out (deletes only the files its manifest lists)",
+    )
     return p
 
 
@@ -122,6 +130,20 @@ def run_view(argv: list[str]) -> int:
     return 0
 
 
+def _default_output_dirs() -> list[Path]:
+    """The default output folder (``output_dir``, ``data``) when it exists here and holds a run
+    folder: ``--out`` may not be, hold or lie inside it (the exported run's parent always counts)."""
+    from flows.config import BatchConfig
+    from tasks.export import is_run_folder
+
+    folder = Path(BatchConfig.model_fields["output_dir"].default)
+    try:
+        held = any(is_run_folder(entry) for entry in folder.iterdir() if entry.is_dir())
+    except OSError:
+        held = False
+    return [folder] if held else []
+
+
 def run_export(argv: list[str]) -> int:
     """``hermes-batch export``: write the dataset folder, optionally upload it. Returns the exit code."""
     args = build_export_parser().parse_args(argv)
@@ -137,6 +159,7 @@ def run_export(argv: list[str]) -> int:
             license=args.license,
             overwrite=args.overwrite,
             valid_tools=ALL_POSSIBLE_TOOLS,
+            output_dirs=_default_output_dirs(),
         )
     except ExportError as exc:
         raise CommandError(str(exc)) from None

@@ -1,6 +1,7 @@
 """``hermes-batch export``: Parquet shards + dataset card loaded back with ``datasets`` (offline),
-the chat-messages format, ``--include all``, secret redaction, errors, and ``--push_to_hub``
-against a stand-in for the Hub's upload endpoints."""
+the chat-messages format, ``--include all``, secret redaction, errors, ``--push_to_hub``
+against a stand-in for the Hub's upload endpoints, and what ``--out`` / ``--overwrite`` may
+touch (only files an earlier export listed in its manifest; never a run or output folder)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from run_folders import LEAK, TERMINAL_TOOL, build_run
 from flows.cli import main
 from hermes_core import redaction
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks.export import export_run
+from tasks.export import MANIFEST, export_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -217,7 +218,7 @@ def test_push_to_hub_uploads_the_folder(run_dir, tmp_path):
     assert f"uploaded to {endpoint}/datasets/me/trajs/commit/" in proc.stdout
     assert record.repos == [{"name": "trajs", "organization": "me", "type": "dataset"}]
     local = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert set(local) == {"README.md", "data/train-00000-of-00001.parquet"}
+    assert set(local) == {"README.md", "data/train-00000-of-00001.parquet", MANIFEST}
     assert record.files == local
     assert record.authorizations == {"Bearer hf_standin_token_0123456789"}
 
@@ -227,3 +228,252 @@ def test_push_to_hub_without_token_is_one_line(run_dir, tmp_path, monkeypatch, c
     assert main(["export", str(run_dir), f"--out={tmp_path / 'o'}", "--push_to_hub=me/x"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "error: --push_to_hub me/x: HF_TOKEN is not set (a write token of the Hub account)"
+
+
+# --- what --out and --overwrite may touch -----------------------------------------------------
+
+
+def tree(root: Path) -> dict[str, object]:
+    """Every entry under ``root`` (links not followed): a file's bytes, ``"dir"``, or ``"-> target"``."""
+    found: dict[str, object] = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(top, name)
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                found[rel] = "-> " + os.readlink(path)
+            elif path.is_dir():
+                found[rel] = "dir"
+            else:
+                found[rel] = path.read_bytes()
+    return found
+
+
+def refused(capsys, argv: list[str]) -> str:
+    """Run ``hermes-batch export ARGV`` in this process; assert exit 2 and one ``error:`` line; return it."""
+    assert main(["export", *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def exported(out: Path, run_dir: Path, *extra: str) -> None:
+    assert main(["export", str(run_dir), "--out", str(out), *extra]) == 0
+
+
+def test_overwrite_from_the_project_root_deletes_nothing(tmp_path):
+    """The reported case: ``export data/r --out . --overwrite`` from the project root deleted
+    ``./data`` (every run) and ``README.md``, then raised a traceback."""
+    project = tmp_path / "project"
+    project.mkdir()
+    build_run(project)  # project/data/demo, project/prompts.jsonl
+    (project / "README.md").write_text("# my project\n")
+    (project / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
+    before = tree(project)
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    for extra in (["--overwrite"], []):
+        proc = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "export", "data/demo", "--out", ".", *extra],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.splitlines() == [
+            "error: --out .: holds the output folder data (where run folders live): "
+            "nothing was written or deleted; choose a folder outside it"
+        ]
+        assert tree(project) == before
+
+
+def test_overwrite_leaves_what_the_export_did_not_write(run_dir, tmp_path, capsys):
+    out = tmp_path / "ds"
+    exported(out, run_dir)
+    (out / "notes.txt").write_text("mine")
+    (out / "data" / "mine.parquet").write_bytes(b"mine")
+    (out / "sub").mkdir()
+    before = tree(out)
+    error = refused(capsys, [str(run_dir), "--out", str(out), "--overwrite"])
+    assert error == (
+        f"error: --out {out}: holds files an earlier export did not write (data/mine.parquet, notes.txt, "
+        "sub): nothing was deleted; move them away or choose another folder"
+    )
+    assert tree(out) == before
+
+
+def test_overwrite_refuses_a_folder_no_export_made(run_dir, tmp_path, capsys):
+    out = tmp_path / "looks-like-an-export"
+    (out / "data").mkdir(parents=True)
+    (out / "README.md").write_text("my notes")
+    (out / "data" / "train-00000-of-00001.parquet").write_bytes(b"not ours")
+    before = tree(out)
+    error = refused(capsys, [str(run_dir), "--out", str(out), "--overwrite"])
+    assert error == (
+        f"error: --out {out}: not a folder an export made (no {MANIFEST}): nothing was deleted; "
+        "it holds README.md, data"
+    )
+    assert tree(out) == before
+    error = refused(capsys, [str(run_dir), "--out", str(out)])
+    assert error == (
+        f"error: --out {out}: folder is not empty and no export made it (no {MANIFEST}): "
+        "choose a new or empty folder"
+    )
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize(
+    "target, reason",
+    [
+        ("{run}", "is the run folder {run}"),
+        ("{run}/hf", "lies inside the run folder {run}"),
+        ("{run}/logs/hf", "lies inside the run folder {run}"),
+        ("{output}", "is the output folder {output} (where run folders live)"),
+        ("{output}/hf", "lies inside the output folder {output} (where run folders live)"),
+        ("{root}", "holds the output folder {output} (where run folders live)"),
+    ],
+)
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_out_in_or_around_a_run_or_output_folder_is_refused(run_dir, target, reason, overwrite, capsys):
+    names = {"run": run_dir, "output": run_dir.parent, "root": run_dir.parent.parent}
+    out = target.format(**names)
+    before = tree(names["root"])
+    error = refused(capsys, [str(run_dir), "--out", out, *(["--overwrite"] if overwrite else [])])
+    assert error == (
+        f"error: --out {out}: {reason.format(**names)}: nothing was written or deleted; "
+        "choose a folder outside it"
+    )
+    assert tree(names["root"]) == before
+
+
+def test_out_holding_another_run_folder_is_refused(run_dir, tmp_path, capsys):
+    (tmp_path / "elsewhere").mkdir()
+    other = build_run(tmp_path / "elsewhere", run_name="other")  # elsewhere/data/other
+    before = tree(tmp_path / "elsewhere")
+    error = refused(capsys, [str(run_dir), "--out", str(other.parent), "--overwrite"])
+    assert error == (
+        f"error: --out {other.parent}: holds the run folder {other}: nothing was written or deleted; "
+        "choose a folder outside it"
+    )
+    assert tree(tmp_path / "elsewhere") == before
+
+
+def test_root_home_and_the_current_folder_are_refused(run_dir, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "README.md").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))
+    before = tree(home)
+    for extra in ([], ["--overwrite"]):
+        error = refused(capsys, [str(run_dir), "--out", str(home), *extra])
+        assert error == f"error: --out {home}: is a home folder: choose a folder inside it"
+        error = refused(capsys, [str(run_dir), "--out", "/", *extra])
+        assert error == "error: --out /: is the root folder: choose a folder inside it"
+    assert tree(home) == before
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("mine")
+    monkeypatch.chdir(project)
+    for out in (".", str(project)):
+        error = refused(capsys, [str(run_dir), "--out", out, "--overwrite"])
+        assert error == (
+            f"error: --out {out}: is the current folder and no export made it (no {MANIFEST}): "
+            "nothing was written or deleted; choose another folder"
+        )
+    assert tree(project) == {"README.md": b"mine"}
+
+
+def test_overwrite_replaces_an_earlier_export_and_its_manifest_lists_every_file(run_dir, tmp_path):
+    out = tmp_path / "ds"
+    first = export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, shard_bytes=6_000)
+    assert len(first.shards) >= 2
+    manifest = json.loads((out / MANIFEST).read_text())
+    run_id = json.loads((run_dir / "run.json").read_text())["run_id"]
+    assert manifest["run"] == {"run_name": "demo", "run_id": run_id}
+    assert manifest["complete"] is True
+    assert manifest["files"] == ["README.md", *(f"data/{p.name}" for p in first.shards)]
+    assert manifest["folders"] == ["data"]
+    assert set(tree(out)) == {MANIFEST, "data", *manifest["files"]}
+    # the current folder may be an export folder: overwrite it from inside, with fewer shards
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "export", str(run_dir), "--out", ".", "--overwrite"],
+        cwd=out,
+        env={**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set(tree(out)) == {MANIFEST, "README.md", "data", "data/train-00000-of-00001.parquet"}
+    assert json.loads((out / MANIFEST).read_text())["files"] == [
+        "README.md",
+        "data/train-00000-of-00001.parquet",
+    ]
+    assert len(load(out)) == 5
+
+
+def test_a_manifest_that_names_other_files_deletes_nothing(run_dir, tmp_path, capsys):
+    out = tmp_path / "ds"
+    exported(out, run_dir)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    manifest = json.loads((out / MANIFEST).read_text())
+    for name in ("../victim.txt", "data/../../victim.txt", str(victim), "data", "run.json"):
+        (out / MANIFEST).write_text(json.dumps({**manifest, "files": [*manifest["files"], name]}))
+        before = tree(tmp_path)
+        error = refused(capsys, [str(run_dir), "--out", str(out), "--overwrite"])
+        assert error == (
+            f"error: --out {out}: {out / MANIFEST} lists {name!r}, not a file an export writes: "
+            "nothing was deleted"
+        )
+        assert tree(tmp_path) == before
+    (out / MANIFEST).write_text("{not json")
+    error = refused(capsys, [str(run_dir), "--out", str(out), "--overwrite"])
+    assert error.startswith(f"error: --out {out}: {out / MANIFEST} is not valid JSON (")
+    assert victim.read_text() == "keep me"
+
+
+def test_a_linked_data_folder_is_not_followed(run_dir, tmp_path, capsys):
+    out = tmp_path / "ds"
+    exported(out, run_dir)
+    elsewhere = tmp_path / "elsewhere"
+    (out / "data").rename(elsewhere)
+    (out / "data").symlink_to(elsewhere)
+    before = tree(tmp_path)
+    error = refused(capsys, [str(run_dir), "--out", str(out), "--overwrite"])
+    assert error == (
+        f"error: --out {out}: data is a symbolic link, not the folder an export made: nothing was deleted"
+    )
+    assert tree(tmp_path) == before
+
+
+def test_an_unusable_out_is_one_line(run_dir, tmp_path, capsys):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    error = refused(capsys, [str(run_dir), "--out", str(blocker)])
+    assert error == f"error: --out {blocker}: exists and is not a folder"
+    error = refused(capsys, [str(run_dir), "--out", str(blocker / "x")])
+    assert error.startswith(f"error: --out {blocker / 'x'}: cannot be made (")
+    assert blocker.read_text() == "x"
+
+
+def test_a_failed_export_leaves_a_folder_overwrite_can_replace(run_dir, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "data" / "demo"
+    shutil.copytree(run_dir, broken)
+    merged = broken / "trajectories.jsonl"
+    good = merged.read_bytes()
+    merged.write_bytes(good + b"[1]\n")  # the 6th line is not an object: the export stops there
+    out = tmp_path / "ds"
+    error = refused(capsys, [str(broken), "--out", str(out)])
+    assert error == f"error: {merged} line 6: not a JSON object"
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["complete"] is False and manifest["files"] == [".export-rows.jsonl"]
+    assert set(tree(out)) == {MANIFEST, "data"}  # the temp file is gone, the folder is marked
+    merged.write_bytes(good)
+    assert main(["export", str(broken), "--out", str(out), "--overwrite"]) == 0
+    assert json.loads((out / MANIFEST).read_text())["complete"] is True
+    assert len(load(out)) == 5
