@@ -1,10 +1,12 @@
 """The ``view`` and ``export`` subcommands of ``hermes-batch``: argument parsing and dispatch.
 
-``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]`` serves the
-read-only viewer; ``hermes-batch export data/<run> --out DIR [--format sharegpt|messages]
-[--include kept|all] [--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging
-Face dataset folder. Both ``--flag=value`` and ``--flag value`` work. A bad argument or an
-unusable folder prints one line ``error: ...`` (naming the flag or file) and returns 2.
+``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]
+[--allow_host NAME]`` serves the read-only viewer (any other ``Host`` header: 400);
+``hermes-batch export data/<run> --out DIR [--format sharegpt|messages] [--include kept|all]
+[--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging Face dataset folder
+(``--overwrite`` replaces only an earlier export, by its manifest). Both ``--flag=value`` and
+``--flag value`` work. A bad argument or an unusable folder prints one line ``error: ...``
+(naming the flag or file) and returns 2.
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ def build_view_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dataset", help="the dataset file, when the path recorded in run.json does not lead to it"
+    )
+    p.add_argument(
+        "--allow_host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name to answer (repeatable; default: 127.0.0.1, localhost, [::1], the --host "
+        "address, and this machine's names when bound to 0.0.0.0 or ::); any other Host gets 400",
     )
     return p
 
@@ -118,7 +128,7 @@ def run_view(argv: list[str]) -> int:
         raise CommandError(str(exc)) from None
     how = f"built in {index.build_seconds} s" if index.build_seconds else "from its cache"
     print(f"index of {index.table.height} prompts {how}", file=sys.stderr)
-    app = create_app(Path(args.run_dir), index=index)
+    app = create_app(Path(args.run_dir), index=index, host=args.host, allowed_hosts=args.allow_host)
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     shown = "localhost" if args.host in {"127.0.0.1", "::1"} else args.host

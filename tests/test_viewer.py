@@ -1,5 +1,6 @@
 """The viewer over real HTTP (uvicorn on a free port): run page, filters, trajectory pages, escaping,
-security headers, the index cache, and the ``hermes-batch view`` command line."""
+security headers, the Host check, out-of-range integers, the index cache, and the ``hermes-batch
+view`` command line."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from live_app import serve
 from run_folders import DEFAULT_PLAN, build_run
 
 from flows.cli import main
-from flows.viewer.app import CONTENT_SECURITY_POLICY, create_app
+from flows.viewer.app import CONTENT_SECURITY_POLICY, MAX_PAGE, create_app, viewer_hosts
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tasks import run_index
 from tasks.run_index import RunIndex
@@ -108,6 +109,44 @@ def test_bad_query_is_a_400(base):
     assert answer.status_code == 400 and "unknown status 'bogus'" in answer.text
     assert get(base, "/", page="0").status_code == 422
     assert get(base, "/prompt/99").status_code == 404
+
+
+def test_out_of_range_integers_are_a_422_never_a_500(base):
+    huge = "99999999999999999999999"
+    for params in ({"page": huge}, {"page": str(2**62)}, {"page": str(MAX_PAGE + 1)}, {"per_page": huge}):
+        answer = get(base, "/", **params)
+        assert answer.status_code == 422, (params, answer.status_code)
+    last = get(base, "/", page=str(MAX_PAGE), per_page="4")  # past the end: the last page
+    assert last.status_code == 200 and "page 3 of 3" in last.text
+    assert [i for i, _, _ in listed(last.text)] == [8]
+    for path in (f"/prompt/{huge}", f"/prompt/-{huge}", f"/prompt/{2**63}"):
+        assert get(base, path).status_code == 404
+    assert get(base, "/prompt/1", page=huge).status_code == 200  # not a parameter of that page
+
+
+def test_only_the_bound_host_names_are_answered(base):
+    port = base.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}", "localhost"):
+        answer = httpx.get(base + "/", headers={"Host": host}, timeout=10)
+        assert answer.status_code == 200, host
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", "[::2]", "a b"):
+        for path in ("/", "/prompt/1", "/static/viewer.css"):
+            answer = httpx.get(base + path, headers={"Host": host}, timeout=10)
+            assert answer.status_code == 400 and answer.text == "Invalid host header", (host, path)
+            assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
+def test_viewer_hosts_follow_the_bound_address():
+    assert viewer_hosts("127.0.0.1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert viewer_hosts("::1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert viewer_hosts("192.168.1.7", ["Viewer.LAN"]) == [
+        "127.0.0.1", "localhost", "[::1]", "192.168.1.7", "viewer.lan"
+    ]  # fmt: skip
+    assert viewer_hosts("fe80::1") == ["127.0.0.1", "localhost", "[::1]", "[fe80::1]"]
+    import socket
+
+    every = viewer_hosts("0.0.0.0")
+    assert "0.0.0.0" not in every and socket.gethostname().lower() in every
 
 
 def test_every_response_has_the_security_headers(base):
@@ -205,7 +244,15 @@ def test_view_command_errors_are_one_line(tmp_path, capsys):
 def test_view_command_serves_the_run(run_dir, tmp_path):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "view", str(run_dir), f"--port={port}"],
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "view",
+            str(run_dir),
+            f"--port={port}",
+            "--allow_host=viewer.lan",
+        ],
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
@@ -220,6 +267,9 @@ def test_view_command_serves_the_run(run_dir, tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, "viewer did not start"
                 time.sleep(0.2)
         assert answer.status_code == 200 and "9 prompts match" in answer.text
+        for host, status in (("viewer.lan", 200), (f"localhost:{port}", 200), ("rebound.example", 400)):
+            answer = httpx.get(f"http://127.0.0.1:{port}/", headers={"Host": host}, timeout=5)
+            assert answer.status_code == status, host
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=20)

@@ -3,19 +3,25 @@
 Read-only, server-rendered (Jinja2, autoescaping on for every template), no script at all.
 Every response carries a Content-Security-Policy that allows only the app's own stylesheet and
 ``data:`` images, so model output, tool output and web content shown in a page can neither run
-nor load anything.
+nor load anything. A request whose ``Host`` header names another host than the viewer is bound to
+(:func:`viewer_hosts`) is answered 400 by Starlette's ``TrustedHostMiddleware``: a web page whose
+name was rebound to 127.0.0.1 (DNS rebinding) cannot read the run.
 
 Routes:
 
 * ``GET /`` - query ``status`` (kept, discarded, filtered, failed, pending), ``partial=1``,
-  ``turn_limit=1``, ``tool=<name>``, ``tool_errors=1``, ``q=<text>``, ``page`` (1-based),
-  ``per_page`` (1-500, default 50);
+  ``turn_limit=1``, ``tool=<name>``, ``tool_errors=1``, ``q=<text>``, ``page`` (1-based, at most
+  :data:`MAX_PAGE`; past the last page shows the last one), ``per_page`` (1-500, default 50); an
+  integer out of range is a 422;
 * ``GET /prompt/<prompt_index>`` - one prompt (same query: previous/next follow the filtered list);
 * ``GET /static/viewer.css``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -25,6 +31,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from flows.viewer.render import pretty, row_facts, turn_views
 from hermes_core.redaction import redactor
@@ -32,7 +39,7 @@ from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tasks.run_index import STATUS_LABELS, STATUSES, Filters, RunIndex
 from tasks.run_summary import read_summary
 
-__all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
+__all__ = ["CONTENT_SECURITY_POLICY", "MAX_PAGE", "create_app", "viewer_hosts"]
 
 HERE = Path(__file__).resolve().parent
 CONTENT_SECURITY_POLICY = (
@@ -43,6 +50,31 @@ CONTENT_SECURITY_POLICY = (
 
 DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
+MAX_PAGE = 1_000_000_000
+"""The largest ``page`` accepted (422 above): ``page * per_page`` stays far inside a 64-bit offset."""
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def viewer_hosts(host: str, extra: Iterable[str] = ()) -> list[str]:
+    """The ``Host`` names (without port) the viewer bound to ``host`` answers to.
+
+    Always ``127.0.0.1``, ``localhost`` and ``[::1]``, and the bound address itself (an IPv6
+    address in brackets); bound to every interface (``0.0.0.0``, ``::``), also this machine's
+    host name and fully qualified name; then ``extra`` (names a proxy or the LAN uses).
+
+    Returns:
+        Lower-case names, without duplicates, in that order.
+    """
+    names = [*LOOPBACK_NAMES]
+    try:
+        names.append(f"[{host}]" if ipaddress.ip_address(host).version == 6 else host)
+    except ValueError:
+        names.append(host)  # a host name (e.g. localhost, a LAN name)
+    if host in _ANY_ADDRESS:
+        names += [socket.gethostname(), socket.getfqdn()]
+    names += list(extra)
+    return list(dict.fromkeys(name.lower() for name in names if name and name not in _ANY_ADDRESS))
 
 
 def _environment() -> jinja2.Environment:
@@ -92,13 +124,23 @@ def _query(filters: Filters, **extra: Any) -> str:
     return urlencode(params)
 
 
-def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | None = None) -> FastAPI:
+def create_app(
+    run_dir: Path,
+    *,
+    dataset: Path | None = None,
+    index: RunIndex | None = None,
+    host: str = "127.0.0.1",
+    allowed_hosts: Iterable[str] = (),
+) -> FastAPI:
     """The viewer of one run folder.
 
     Args:
         run_dir: the run folder (``data/<run_name>``).
         dataset: the dataset file when run.json's path does not lead to it.
         index: an already opened index (built from ``run_dir`` when None).
+        host: the address the server is bound to; the ``Host`` names answered are
+            :func:`viewer_hosts` of it (any other: 400).
+        allowed_hosts: more ``Host`` names to answer (see :func:`viewer_hosts`).
 
     Raises:
         tasks.run_index.RunIndexError: ``run_dir`` is not a run folder.
@@ -108,8 +150,11 @@ def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | 
     templates = Jinja2Templates(env=_environment())
     app = FastAPI(title="hermes-batch viewer", docs_url=None, redoc_url=None, openapi_url=None)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.add_middleware(
+        TrustedHostMiddleware, allowed_hosts=viewer_hosts(host, allowed_hosts), www_redirect=False
+    )
 
-    @app.middleware("http")
+    @app.middleware("http")  # added last, so it runs first: the Host refusal carries the headers too
     async def security_headers(request: Request, call_next):
         response = await call_next(request)
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
@@ -121,11 +166,14 @@ def create_app(run_dir: Path, *, dataset: Path | None = None, index: RunIndex | 
     def run_page(
         request: Request,
         filters: FilterParams,
-        page: int = Query(1, ge=1),
+        page: int = Query(1, ge=1, le=MAX_PAGE),
         per_page: int = Query(DEFAULT_PER_PAGE, ge=1, le=MAX_PER_PAGE),
     ):
         entries, total = index.page(filters, page, per_page)
         pages = max(1, -(-total // per_page))
+        if page > pages:  # past the end (or the list shrank): the last page
+            page = pages
+            entries, total = index.page(filters, page, per_page)
         summary = read_summary(run_dir)
         context = {
             "summary": summary,
