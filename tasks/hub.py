@@ -31,6 +31,8 @@ def push_folder(folder: Path, repo_id: str, *, commit_message: str | None = None
         raise HubError("HF_TOKEN is not set (a write token of the Hub account)")
     import httpx
 
+    from tasks.export import MANIFEST
+
     try:
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError
@@ -43,6 +45,7 @@ def push_folder(folder: Path, repo_id: str, *, commit_message: str | None = None
             repo_id=repo_id,
             repo_type="dataset",
             folder_path=str(folder),
+            ignore_patterns=[MANIFEST],  # local bookkeeping of --overwrite, not data
             commit_message=commit_message or f"Upload {Path(folder).name} exported by hermes-batch",
         )
     except (HfHubHTTPError, httpx.HTTPError, OSError, ValueError) as exc:

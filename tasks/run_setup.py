@@ -90,8 +90,32 @@ def has_outputs(run_dir: Path) -> bool:
     )
 
 
+KEPT_AS_DIGEST = ("ephemeral_system_prompt", "prefill_messages")
+"""Defining settings that run.json keeps as a digest, not as text: they are kept out of the data
+(trajectories, exports), and a run folder is data that people share."""
+
+
+def stored_settings(defining: dict[str, Any]) -> dict[str, Any]:
+    """The defining settings as run.json keeps them: each of :data:`KEPT_AS_DIGEST` that is set
+    becomes ``{"sha256": hex digest of its JSON, "chars": length of that JSON}``; the rest as is.
+
+    A value already in that form (read from run.json) is left as it is; so is None.
+    """
+    stored = dict(defining)
+    for key in KEPT_AS_DIGEST:
+        value = stored.get(key)
+        if value is None or value == [] or (isinstance(value, dict) and "sha256" in value):
+            continue
+        blob = json.dumps(value, sort_keys=True, ensure_ascii=False)
+        stored[key] = {"sha256": hashlib.sha256(blob.encode()).hexdigest(), "chars": len(blob)}
+    return stored
+
+
 def check_run_dir(run_dir: Path, defining: dict[str, Any], *, resume: bool, overwrite: bool) -> None:
     """Apply the reuse rules; with ``overwrite`` empty the folder first.
+
+    ``defining`` is compared with run.json's as :func:`stored_settings` keeps both (a run.json
+    written before the digests compares the same).
 
     Raises:
         RunStateError: outputs exist and neither resume nor overwrite was asked, or the
@@ -110,7 +134,8 @@ def check_run_dir(run_dir: Path, defining: dict[str, Any], *, resume: bool, over
     info = read_run_info(run_dir)
     if info is None:
         return
-    before = info.data.get("defining", {})
+    before = stored_settings(info.data.get("defining", {}))
+    defining = stored_settings(defining)
     changed = [
         f"{key}: {before.get(key)!r} -> {defining.get(key)!r}"
         for key in sorted(set(before) | set(defining))
@@ -162,7 +187,7 @@ def start_invocation(
     data.setdefault("run_id", uuid.uuid4().hex)
     _close_killed_invocations(run_dir, data["invocations"])
     data.update(
-        defining=defining,
+        defining=stored_settings(defining),
         settings_hash=settings_hash,
         dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset)},
     )

@@ -25,8 +25,7 @@ class RunSummary:
         run_name: the run's name (run.json, else the folder name).
         settings: the defining settings (``model, distribution, max_turns, ...`` from run.json),
             without credential-named keys, redacted; ``ephemeral_system_prompt`` and
-            ``prefill_messages`` are given as what was set (``"set (N characters)"`` /
-            ``N messages``), not their text.
+            ``prefill_messages`` only say whether they were set, never their text.
         dataset: ``{"path", "records", "fingerprint"}`` from run.json (``{}`` when unknown).
         invocations: the invocation history of run.json (started_at, finished_at, duration_s, ...).
         statistics: ``statistics.json`` (redacted), or None when the run has not written it yet.
@@ -51,10 +50,10 @@ def _public_settings(defining: dict[str, Any]) -> dict[str, Any]:
     for key, value in defining.items():
         if CREDENTIAL_NAME.search(key):
             continue
-        if key == "ephemeral_system_prompt":
-            value = f"set ({len(value)} characters, not stored in trajectories)" if value else None
+        if key == "ephemeral_system_prompt":  # run.json keeps a digest (older ones: the text)
+            value = "set (not stored in trajectories)" if value else None
         elif key == "prefill_messages":
-            value = f"{len(value or [])} messages (not stored in trajectories)"
+            value = "set (not stored in trajectories)" if value else None
         settings[key] = value
     return settings
 

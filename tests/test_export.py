@@ -219,7 +219,9 @@ def test_push_to_hub_uploads_the_folder(run_dir, tmp_path):
     assert record.repos == [{"name": "trajs", "organization": "me", "type": "dataset"}]
     local = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert set(local) == {"README.md", "data/train-00000-of-00001.parquet", MANIFEST}
-    assert record.files == local
+    assert record.files == {
+        name: data for name, data in local.items() if name != MANIFEST
+    }  # not the manifest
     assert record.authorizations == {"Bearer hf_standin_token_0123456789"}
 
 

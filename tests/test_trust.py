@@ -7,6 +7,7 @@ The command line runs as a real subprocess against the session's Prefect server;
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import signal
@@ -317,3 +318,29 @@ def test_a_lone_surrogate_in_a_reply_or_a_prompt_is_replaced_and_the_run_resumes
         resumed = cli(*args, "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert _jsonl(run / "trajectories.jsonl") == rows and server.stats()["requests"] == requests
+
+
+def test_the_ephemeral_system_prompt_is_sent_but_kept_out_of_the_run_folder_and_exports(cli, tmp_path):
+    """run.json keeps its sha256 (a resume must bring the same one); no file of the run or its export
+    holds its text; another prompt on resume is refused before any request."""
+    system = "EPHEMERAL-persona-4417: answer as a pirate"
+    dataset = _write(cli.cwd / "ephemeral.jsonl", ["ephemeral prompt 0", "ephemeral prompt 1"])
+    log = tmp_path / "requests.jsonl"
+    with MockServer(request_log=str(log), log_bodies=True) as server:
+        args = run_args(dataset, "ephemeral", server, f"--ephemeral_system_prompt={system}")
+        proc = cli(*args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert system in log.read_text(encoding="utf-8")  # it was sent with the calls
+        run = cli.cwd / "data" / "ephemeral"
+        stored = json.loads((run / "run.json").read_text())["defining"]["ephemeral_system_prompt"]
+        assert stored["sha256"] == hashlib.sha256(json.dumps(system).encode()).hexdigest()
+        exported = cli("export", str(run), "--out", str(tmp_path / "hf"))
+        assert exported.returncode == 0, exported.stderr[-3000:]
+        for path, data in [*_all_bytes(run), *_all_bytes(tmp_path / "hf")]:
+            assert b"EPHEMERAL-persona" not in data, path
+        requests = server.stats()["requests"]
+        assert cli(*args, "--resume").returncode == 0  # the same prompt: the run continues
+        changed = cli(*run_args(dataset, "ephemeral", server, "--ephemeral_system_prompt=other", "--resume"))
+        assert changed.returncode == 2 and "ephemeral_system_prompt" in changed.stderr, changed.stderr[-2000:]
+        assert "EPHEMERAL-persona" not in changed.stderr  # the message shows digests, not the text
+        assert server.stats()["requests"] == requests
