@@ -13,19 +13,23 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from flows.progress import LISTENERS, RunProgress, meter_text
 
@@ -35,16 +39,105 @@ SUMMARY_SECONDS = 10.0
 """Without a terminal, how often the one-line progress summary is printed."""
 
 
+def _spend_text(progress: RunProgress) -> str:
+    """``tokens 12345 · cost $0.0123``, then the run-wide figures (:func:`flows.progress.meter_text`)."""
+    cost = "n/a" if progress.cost is None else f"${progress.cost:.4f}"
+    text = f"tokens {progress.tokens} · cost {cost}"
+    return text + (f" · {meter_text(figures)}" if (figures := progress.figures()) else "")
+
+
 def progress_line(progress: RunProgress) -> str:
     """``prompts 40/100 · failed 1 · discarded 0 · 3.20/s · ETA 19 s · tokens 12345 · cost $0.0123``,
     then the run-wide figures (:func:`flows.progress.meter_text`: spend, projection, request limit, 429s)."""
     left = progress.total - progress.done
     eta = f"{left / progress.rate:.0f} s" if progress.rate > 0 and left else "-"
-    cost = "n/a" if progress.cost is None else f"${progress.cost:.4f}"
     return (
         f"prompts {progress.done}/{progress.total} · failed {progress.failed} · discarded {progress.discarded}"
-        f" · {progress.rate:.2f}/s · ETA {eta} · tokens {progress.tokens} · cost {cost}"
-    ) + (f" · {meter_text(figures)}" if (figures := progress.figures()) else "")
+        f" · {progress.rate:.2f}/s · ETA {eta} · {_spend_text(progress)}"
+    )
+
+
+def detail_line(progress: RunProgress) -> str:
+    """The live display's second line: ``failed 1 · discarded 0 · tokens 12345 · cost $0.0123``, then the
+    run-wide figures (spend, cap, projection, request limit, 429s)."""
+    return f"failed {progress.failed} · discarded {progress.discarded} · {_spend_text(progress)}"
+
+
+BAR_MIN_WIDTH = 10
+"""Fewest cells the bar keeps before the live display leaves out its lesser columns (rate, elapsed)."""
+
+
+class TwoLineProgress(Progress):
+    """A rich :class:`~rich.progress.Progress` drawn as two lines per task, the first fitting the terminal.
+
+    Rich itself shrinks every column of a line that is too wide (``4567/123…``, ``-:--:…``); here the
+    first line leaves out whole columns instead. The bar (``bar``, a full-width
+    :class:`~rich.progress.BarColumn`) takes the room the other columns leave. When even a
+    :data:`BAR_MIN_WIDTH` bar does not fit in the width the line is drawn in, the groups of
+    ``optional`` columns are left out, first group first, until it does, so the columns that are
+    not optional (e.g. done/total and ETA) stay whole (on a terminal too narrow for those alone,
+    rich shrinks them). The second line is the task's ``detail`` field, cut with an ellipsis.
+
+    Args:
+        columns: the first line's columns, left to right.
+        bar: the column among ``columns`` that shrinks.
+        optional: groups of columns (among ``columns``), in the order they are left out.
+        **kwargs: passed to :class:`~rich.progress.Progress` (``expand`` is always True).
+    """
+
+    def __init__(
+        self,
+        *columns: ProgressColumn,
+        bar: ProgressColumn,
+        optional: Sequence[Sequence[ProgressColumn]] = (),
+        **kwargs: Any,
+    ) -> None:
+        self._bar = bar  # set first: rich's constructor renders the display once
+        self._optional = [list(group) for group in optional]
+        super().__init__(*columns, expand=True, **kwargs)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        """The columns' line, then each visible task's ``detail`` line (if any)."""
+        tasks = [task for task in self.tasks if task.visible]
+        yield _Fitting(self, tasks)
+        for task in tasks:
+            if detail := task.fields.get("detail"):
+                yield Text(str(detail), no_wrap=True, overflow="ellipsis", style="dim")
+
+    def fitting_table(self, tasks: Sequence[Task], console: Console, width: int) -> Table:
+        """The columns' grid for ``tasks`` in ``width`` cells, without the optional groups that do not fit."""
+        cells = {id(c): [c(task) for task in tasks] for c in self.columns if c is not self._bar}
+        columns = list(self.columns)
+        for group in [[], *self._optional]:
+            columns = [column for column in columns if column not in group]
+            least = len(columns) - 1  # one space between two columns
+            for column in columns:
+                if column is self._bar:
+                    least += BAR_MIN_WIDTH
+                else:
+                    least += max((console.measure(cell).maximum for cell in cells[id(column)]), default=0)
+            if least <= width:
+                break
+        table = Table.grid(*(c.get_table_column().copy() for c in columns), padding=(0, 1), expand=True)
+        for row, task in enumerate(tasks):
+            table.add_row(*(self._bar(task) if c is self._bar else cells[id(c)][row] for c in columns))
+        return table
+
+
+class _Fitting:
+    """Renders :meth:`TwoLineProgress.fitting_table` at the width rich draws it in (known only then)."""
+
+    def __init__(self, progress: TwoLineProgress, tasks: Sequence[Task]) -> None:
+        self.progress = progress
+        self.tasks = tasks
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.progress.fitting_table(self.tasks, console, options.max_width)
+
+
+def _text(template: str) -> TextColumn:
+    """A progress column of ``template`` that never wraps."""
+    return TextColumn(template, table_column=Column(no_wrap=True))
 
 
 class _ConsoleLogHandler(logging.Handler):
@@ -79,23 +172,38 @@ class LiveProgress:
 
     Args:
         verbose: also show Prefect's per-task INFO lines and hermes_core's debug lines.
-        console: where to draw (default: stderr).
+        console: where to draw (default: stderr). On a terminal the display is drawn live:
+            :attr:`display`, a :class:`TwoLineProgress` (a rich renderable) with the prompts' bar,
+            done/total, rate, elapsed and ETA, and :func:`detail_line` below.
+        get_time: the display's clock for elapsed and ETA (seconds; default rich's, monotonic).
     """
 
-    def __init__(self, verbose: bool = False, console: Console | None = None) -> None:
+    def __init__(
+        self,
+        verbose: bool = False,
+        console: Console | None = None,
+        get_time: Callable[[], float] | None = None,
+    ) -> None:
         self.console = console or _console
         self.verbose = verbose
         self._live = self.console.is_terminal
-        self._progress = Progress(
-            TextColumn("[bold]prompts"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+        bar = BarColumn(bar_width=None, table_column=Column(ratio=1))
+        label = _text("[bold]prompts")
+        rate = [_text("· {task.fields[rate]}")]
+        elapsed = [_text("·"), TimeElapsedColumn(table_column=Column(no_wrap=True)), _text("elapsed")]
+        self.display = TwoLineProgress(
+            label,
+            bar,
+            MofNCompleteColumn(table_column=Column(no_wrap=True)),
+            *rate,
+            *elapsed,
+            _text("· ETA"),
+            TimeRemainingColumn(table_column=Column(no_wrap=True)),
+            bar=bar,
+            optional=(rate, elapsed, [label]),
             console=self.console,
             transient=False,
+            get_time=get_time,
         )
         self._task = None
         self._last_line = 0.0
@@ -119,15 +227,10 @@ class LiveProgress:
                 self._last_line = now
                 self.print(progress_line(progress))
             return
-        figures = progress.figures()
-        cost = "" if progress.cost is None else f" · ${progress.cost:.4f}"
-        detail = (
-            f"failed {progress.failed} · discarded {progress.discarded} · {progress.rate:.2f}/s"
-            f" · {progress.tokens} tokens{cost}"
-        ) + (f" · {meter_text(figures)}" if figures else "")
+        fields = {"detail": detail_line(progress), "rate": f"{progress.rate:.2f}/s"}
         if self._task is None:
-            self._task = self._progress.add_task("run", total=progress.total, detail=detail)
-        self._progress.update(self._task, completed=progress.done, total=progress.total, detail=detail)
+            self._task = self.display.add_task("run", total=progress.total, **fields)
+        self.display.update(self._task, completed=progress.done, total=progress.total, **fields)
 
     def __enter__(self) -> LiveProgress:
         root = logging.getLogger()
@@ -137,14 +240,14 @@ class LiveProgress:
                 handler.setLevel(logging.CRITICAL + 1)
         root.addHandler(self._handler)
         if self._live:
-            self._progress.start()
+            self.display.start()
         LISTENERS.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         LISTENERS.remove(self)
         if self._live:
-            self._progress.stop()
+            self.display.stop()
         logging.getLogger().removeHandler(self._handler)
         for handler, level in self._silenced:
             handler.setLevel(level)
