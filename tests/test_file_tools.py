@@ -239,6 +239,76 @@ def test_v4a_errors_change_nothing(ctx, env):
     assert env.read_file("a.txt") == b"one\ntwo\n"
 
 
+def test_v4a_hunks_are_found_in_the_original_file_in_order(ctx, env):
+    # 200,000 equal lines and a block that differs only in its last line: found (or not) by one
+    # pass over the file, where a line-by-line comparison of every window took about 26 s
+    env.write_file("big.txt", ("x\n" * 200_000 + "y\n").encode())
+    block = "".join(" x\n" for _ in range(999)) + "-y\n+Y\n"
+    result = call(
+        ctx,
+        "patch",
+        mode="patch",
+        patch=f"*** Begin Patch\n*** Update File: big.txt\n@@\n{block}*** End Patch",
+    )
+    assert result["success"] is True
+    assert env.read_file("big.txt") == ("x\n" * 200_000 + "Y\n").encode()
+    absent = "*** Begin Patch\n*** Update File: big.txt\n@@\n" + " x\n" * 999 + "-z\n*** End Patch"
+    assert "Could not apply hunk 1 to big.txt" in call(ctx, "patch", mode="patch", patch=absent)["error"]
+    # context lines are the file as it was: hunk 2 cannot match what hunk 1 added; whitespace
+    # differences are tolerated (trailing, then surrounding); a hint moves the search forward
+    env.write_file("h.txt", b"a\nb\nc\n  d  \nb\n")
+    hunks = "@@\n-a\n+c\n@@ d\n-b\n+B\n@@\n c\n-d\n+D\n"
+    result = call(
+        ctx, "patch", mode="patch", patch=f"*** Begin Patch\n*** Update File: h.txt\n{hunks}*** End Patch"
+    )
+    assert result["success"] is True, result
+    assert env.read_file("h.txt") == b"c\nb\nc\nD\nB\n"
+    overlap = "*** Begin Patch\n*** Update File: h.txt\n@@\n-c\n-b\n+x\n@@\n-b\n+y\n*** End Patch"
+    error = call(ctx, "patch", mode="patch", patch=overlap)["error"]
+    assert error == "Could not apply hunk 2 to h.txt: it overlaps the lines of another hunk"
+    assert env.read_file("h.txt") == b"c\nb\nc\nD\nB\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "changed", "tail"), [(5000, 1, ""), (5000, 10, ""), (5000, 3000, ""), (19_995, 5, "end")]
+)
+def test_patch_diff_is_a_valid_unified_diff_of_the_file(env, tmp_path, first, changed, tail):
+    """The diff in a patch result applies with ``git apply`` (context and line numbers exact),
+    also when the changed region is too long to be diffed line by line (3000 lines) and when
+    the new last line has no newline."""
+    import subprocess
+
+    ctx = make_ctx(env, tool_result_max_chars=200_000)
+    before = "".join(f"line {i}\n" for i in range(20_000))
+    lines = before.splitlines(keepends=True)
+    for i in range(first, first + changed):
+        lines[i] = f"changed {i}\n" if i % 2 else ""  # replaced and deleted lines
+    after = "".join(lines) + tail
+    env.write_file("d.txt", before.encode())
+    result = call(ctx, "patch", path="d.txt", old_string=before, new_string=after)
+    assert result["success"] is True
+    diff = result["diff"]
+    assert diff.startswith(f"--- a/d.txt\n+++ b/d.txt\n@@ -{first - 2},") and "\\ diff cut" not in diff
+    assert ("\\ No newline at end of file" in diff) == bool(tail)
+    (tmp_path / "d.txt").write_text(before)
+    (tmp_path / "d.diff").write_text(diff)
+    subprocess.run(["git", "apply", "d.diff"], cwd=tmp_path, check=True)
+    assert (tmp_path / "d.txt").read_text() == after == env.read_file("d.txt").decode()
+
+
+def test_patch_diff_of_a_rewritten_file_is_cut_but_the_edit_is_whole(ctx, env):
+    before = "".join(f"old {i}\n" for i in range(50_000))
+    after = "".join(f"new {i}\n" for i in range(50_000))
+    env.write_file("r.txt", before.encode())
+    result = call(ctx, "patch", path="r.txt", old_string=before, new_string=after)
+    assert result["success"] is True and env.read_file("r.txt") == after.encode()
+    diff = result["diff"]
+    assert diff.startswith("--- a/r.txt\n+++ b/r.txt\n@@ -1,50000 +1,50000 @@\n-old 0\n-old 1\n")
+    kept = diff.count("\n-old ")  # half the tool result bound (100,000 characters) is the diff's
+    assert len(diff) <= 50_000 and kept > 4500  # about 10 characters a line
+    assert diff.endswith(f"\\ diff cut: {100_000 - kept} more lines\n")
+
+
 # -- search_files ------------------------------------------------------------------
 
 ENGINES = [

@@ -13,7 +13,9 @@ Paths may be absolute, relative to the environment's cwd, or ``~/...``.
 
 from __future__ import annotations
 
+import bisect
 import difflib
+import itertools
 import json
 import posixpath
 import re
@@ -317,15 +319,65 @@ class _Text:
         return (text.replace("\n", "\r\n") if self.crlf else text).encode("utf-8")
 
 
-def _diff(path: str, before: str, after: str) -> str:
-    """Unified diff of one file with ``a/`` and ``b/`` names ("" when unchanged)."""
+MAX_HUNKS = 5000
+"""patch refuses an ``Update File`` section with more ``@@`` hunks than this."""
+MAX_DIFF_LINES = 2000
+"""A changed region with more lines than this (either side) is shown whole, not diffed (linear)."""
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def _diff_budget(ctx: ToolContext) -> int:
+    """Characters the diffs of one patch result may take: half the tool result bound, so that a
+    large diff never turns a patch that was made into a "result too large" error."""
+    return ctx.settings.tool_result_max_chars // 2
+
+
+def _diff(path: str, before: str, after: str, max_chars: int) -> str:
+    """Unified diff of one file with ``a/`` and ``b/`` names ("" when unchanged), 3 lines of context.
+
+    Host work is linear in the size of both texts: the lines both share at the start and at
+    the end are set aside first, :mod:`difflib` compares only the changed region between, and a
+    region longer than :data:`MAX_DIFF_LINES` is shown as removed then added (still a valid
+    diff, not a minimal one). The text is cut before it passes ``max_chars`` characters, with a
+    ``\\ diff cut: N more lines`` note (the edit itself is always made whole).
+    """
     name = path.lstrip("/")
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
-    )
-    return "".join(
-        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
-    )
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    first = max(0, head - 3)  # difflib's context comes from inside the slices
+    a_mid, b_mid = a[first : len(a) - max(0, tail - 3)], b[first : len(b) - max(0, tail - 3)]
+    if a_mid == b_mid:
+        return ""
+    if max(len(a_mid), len(b_mid)) <= MAX_DIFF_LINES:
+        body = list(difflib.unified_diff(a_mid, b_mid, f"a/{name}", f"b/{name}"))
+    else:
+        before_context, after_context = a[first:head], a[len(a) - tail : len(a) - max(0, tail - 3)]
+        removed, added = a[head : len(a) - tail], b[head : len(b) - tail]
+        old_count = len(before_context) + len(removed) + len(after_context)
+        new_count = len(before_context) + len(added) + len(after_context)
+        ranges = f"-{min(1, old_count)},{old_count} +{min(1, new_count)},{new_count}"  # difflib's form
+        body = [f"--- a/{name}\n", f"+++ b/{name}\n", f"@@ {ranges} @@\n"]
+        body += [" " + line for line in before_context]
+        body += ["-" + line for line in removed] + ["+" + line for line in added]
+        body += [" " + line for line in after_context]
+    out, size = [], 0
+    for number, line in enumerate(body):
+        if m := _HUNK_HEADER.match(line):  # slice line numbers back to file line numbers
+            old_at, new_at = int(m[1]) + first, int(m[3]) + first
+            line = f"@@ -{old_at}{m[2] or ''} +{new_at}{m[4] or ''} @@" + line[m.end() :]
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        if size + len(line) > max_chars - 48:  # room for the note
+            out.append(f"\\ diff cut: {len(body) - number} more lines\n")
+            break
+        out.append(line)
+        size += len(line)
+    return "".join(out)
 
 
 @tool("file")
@@ -381,7 +433,8 @@ def patch(
         )
     after = file.text.replace(old_string, new_string, -1 if replace_all else 1)
     _write_bytes(ctx, path, file.dump(after))
-    return {"success": True, "diff": _diff(path, file.text, after), "files_modified": [path]}
+    diff = _diff(path, file.text, after, _diff_budget(ctx))
+    return {"success": True, "diff": diff, "files_modified": [path]}
 
 
 @dataclass
@@ -429,23 +482,67 @@ def _parse_v4a(text: str) -> list[_FileOp]:
     return ops
 
 
-def _find_block(lines: list[str], block: list[str], start: int) -> int:
-    """Index of ``block`` in ``lines`` at or after ``start`` (exact, then ignoring trailing, then all
-    surrounding whitespace), else anywhere; -1 when absent."""
-    for norm in (lambda s: s, str.rstrip, str.strip):
-        wanted = [norm(b) for b in block]
+class _LineIndex:
+    """``lines`` (no ``\\n`` in any) as one text with line offsets, for linear searches over lines.
+
+    ``text`` is ``"\\n" + "\\n".join(lines) + "\\n"``; ``starts[i]`` is the index in ``text`` of
+    the newline just before line ``i`` (``starts[len(lines)]`` is the final one). Built in O(total
+    characters); each search is one ``str.find`` (C speed) and a bisect.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        self.text = "\n" + "\n".join(lines) + "\n"
+        self.starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))
+
+    def block(self, block: list[str], start: int) -> int:
+        """Index of the first line ``i >= start`` where ``block`` (non-empty) begins; -1 when absent."""
+        if start >= len(self.starts):
+            return -1
+        at = self.text.find("\n" + "\n".join(block) + "\n", self.starts[start])
+        return -1 if at < 0 else bisect.bisect_left(self.starts, at)
+
+    def line_containing(self, needle: str, start: int) -> int | None:
+        """Index of the first line ``i >= start`` that contains ``needle`` (no newline in it); None when none."""
+        if start >= len(self.starts) - 1:
+            return None
+        at = self.text.find(needle, self.starts[start] + 1)
+        return None if at < 0 else bisect.bisect_right(self.starts, at) - 1
+
+
+_NORMS = (None, str.rstrip, str.strip)
+"""How hunk lines are compared, in order: exactly, ignoring trailing, then surrounding whitespace."""
+
+
+def _find_block(indexes: dict, lines: list[str], block: list[str], start: int) -> int:
+    """Index of ``block`` (non-empty) in ``lines`` at or after ``start``, else anywhere; -1 when absent.
+
+    Tried exactly, then ignoring trailing whitespace, then ignoring surrounding whitespace; the
+    first of these that finds the block wins. ``indexes`` caches one :class:`_LineIndex` of
+    ``lines`` per comparison (built on first need), so the hunks of one file cost one pass over
+    it each, plus a ``str.find`` per hunk.
+    """
+    for norm in _NORMS:
+        if norm not in indexes:
+            indexes[norm] = _LineIndex(lines if norm is None else [norm(line) for line in lines])
+        wanted = block if norm is None else [norm(line) for line in block]
         for begin in (start, 0):
-            for i in range(begin, len(lines) - len(block) + 1):
-                if [norm(x) for x in lines[i : i + len(block)]] == wanted:
-                    return i
+            at = indexes[norm].block(wanted, begin)
+            if at >= 0:
+                return at
     return -1
 
 
 def _apply_hunks(path: str, text: str, body: list[str]) -> str:
     """Apply the ``@@`` hunks of one ``Update File`` section to ``text``.
 
+    As in OpenAI's reference ``apply_patch``, every hunk is found in the original text, each
+    after the previous one (or, failing that, anywhere), and the edits are made at the end; so
+    a hunk's context lines are lines of the file as it was. Linear in the file's size plus the
+    patch's (one :class:`_LineIndex` per line comparison tried), at most :data:`MAX_HUNKS` hunks.
+
     Raises:
-        ToolError: an invalid hunk line, or a hunk whose context is not in the file.
+        ToolError: an invalid hunk line, a hunk whose context is not in the file, two hunks
+            on the same lines, or more than :data:`MAX_HUNKS` hunks.
     """
     hunks: list[tuple[str, list[tuple[str, str]]]] = []
     for line in body:
@@ -458,8 +555,12 @@ def _apply_hunks(path: str, text: str, body: list[str]) -> str:
         if tag not in " -+":
             raise ToolError(f"Invalid line in hunk for {path} (must start with ' ', '-' or '+'): {line!r}")
         hunks[-1][1].append((tag, rest))
+    if len(hunks) > MAX_HUNKS:
+        raise ToolError(f"Too many hunks for {path} ({len(hunks)}, at most {MAX_HUNKS}); split the patch")
     ends_with_newline = text.endswith("\n") or not text
     lines = _split_lines(text)
+    indexes: dict = {}
+    edits: list[tuple[int, int, list[str], int]] = []  # (first line, lines replaced, new lines, hunk)
     cursor = 0
     for number, (hint, changes) in enumerate(hunks, start=1):
         old = [t for tag, t in changes if tag != "+"]
@@ -467,22 +568,34 @@ def _apply_hunks(path: str, text: str, body: list[str]) -> str:
         if not changes:
             continue
         start = cursor
-        if hint:
-            anchor = next((i for i in range(cursor, len(lines)) if hint.strip() in lines[i]), None)
+        if hint.strip():
+            if None not in indexes:
+                indexes[None] = _LineIndex(lines)
+            anchor = indexes[None].line_containing(hint.strip(), cursor)
             if anchor is not None:
                 start = anchor
         if not old:
             at = start + 1 if hint and start < len(lines) and hint.strip() in lines[start] else len(lines)
         else:
-            at = _find_block(lines, old, start)
+            at = _find_block(indexes, lines, old, start)
             if at < 0:
                 shown = "\n".join(old[:5])
                 raise ToolError(
                     f"Could not apply hunk {number} to {path}: these lines were not found:\n{shown}"
                 )
-        lines[at : at + len(old)] = new
-        cursor = at + len(new)
-    return "\n".join(lines) + ("\n" if ends_with_newline and lines else "")
+        edits.append((at, len(old), new, number))
+        cursor = at + len(old)
+    edits.sort(key=lambda edit: edit[0])  # stable: insertions at one place keep the patch's order
+    out: list[str] = []
+    done = 0
+    for at, length, new, number in edits:
+        if at < done:
+            raise ToolError(f"Could not apply hunk {number} to {path}: it overlaps the lines of another hunk")
+        out += lines[done:at]
+        out += new
+        done = at + length
+    out += lines[done:]
+    return "\n".join(out) + ("\n" if ends_with_newline and out else "")
 
 
 def _apply_v4a(ctx: ToolContext, patch_text: str) -> dict:
@@ -521,7 +634,8 @@ def _apply_v4a(ctx: ToolContext, patch_text: str) -> dict:
         else:
             _write_bytes(ctx, path, old.dump(new) if old else new.encode("utf-8"))
             (modified if old else created).append(path)
-        diffs.append(_diff(path, old.text if old else "", new or ""))
+        budget = _diff_budget(ctx) - sum(map(len, diffs))
+        diffs.append(_diff(path, old.text if old else "", new or "", max(budget, 0)))
     return {
         "success": True,
         "diff": "".join(diffs),
