@@ -7,10 +7,15 @@ as ``agent``) instead of re-declaring their fields. Their fields are flat option
 the command line (``flows.cli``) and the ``generate-trajectories`` flow's parameters
 (``flows.generate``) are generated from it. Adding an option is one field plus its use.
 
-Field names and defaults are the reference ``batch_runner.py`` flags (SPEC section 3); the
+Field names and defaults are the reference ``batch_runner.py`` flags (README § Command line); the
 rest are ours. No secret is an option: the API key comes from the environment
 (``OPENROUTER_API_KEY`` / ``OPENAI_API_KEY``), ``--api_key`` (kept in memory) or a Prefect
 Secret block named by ``api_key_secret``.
+
+Descriptions are plain text: the Prefect UI renders them as markdown/HTML, so they use no angle
+brackets (``<run_name>`` would vanish) and name other options, not ``--flags``. An option typed
+``Literal[...] | None`` is a dropdown in the UI whose first value, :data:`UNSET_CHOICE`, stands for
+None (see :func:`options_signature`).
 """
 
 from __future__ import annotations
@@ -19,11 +24,21 @@ import hashlib
 import inspect
 import json
 import re
+import types
+import typing
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from hermes_core.agent import AgentConfig
@@ -38,6 +53,17 @@ _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DistributionName = Literal[tuple(sorted(DISTRIBUTIONS))]  # type: ignore[valid-type]
 """The toolset distributions, as choices (``--list_distributions`` describes them)."""
 TaskRunnerName = Literal["threads", "dask"]
+"""Where prompt tasks run: ``threads`` (the flow's thread pool) or ``dask`` (prefect-dask)."""
+BudgetAction = Literal["drain", "cancel"]
+"""What a reached spend cap does to running prompts: ``drain`` (they finish) or ``cancel``."""
+UNSET_CHOICE = "default"
+"""The flow-parameter value of an unset (None) option that has a fixed set of values.
+
+Prefect's UI shows an ``X | None`` parameter as a type picker, and its schema check refuses
+``null`` for a parameter whose schema lists its values; so such an option is, as a flow
+parameter, a plain dropdown whose first entry ``default`` means "not set" (None in the config,
+the command line's flag left out). :meth:`BatchConfig.from_options` reads it as None.
+"""
 
 GROUPS: dict[str, type[BaseModel]] = {"llm": ModelOptions, "agent": AgentConfig}
 """Nested hermes_core models whose fields are flat options of the run."""
@@ -51,7 +77,8 @@ class BatchConfig(BaseModel):
     dataset_file: str = Field(description='JSONL dataset path (one {"prompt": ...} object per line).')
     batch_size: int = Field(ge=1, description="Prompts per batch file / checkpoint unit.")
     run_name: str = Field(
-        description="Output folder <output_dir>/<run_name>/ ({date} is replaced by the scheduled date)."
+        description="Output folder name (letters, digits, dot, underscore, hyphen): the run writes to "
+        "output_dir/run_name/; {date} is replaced by the scheduled date (YYYY-MM-DD)."
     )
     distribution: DistributionName = Field(
         default="default", description="Toolset distribution to sample from.", json_schema_extra=DEFINING
@@ -101,19 +128,20 @@ class BatchConfig(BaseModel):
     )
     dask_address: str | None = Field(
         default=None,
-        description="Address of a running Dask scheduler (tcp://host:8786); none = a local cluster.",
+        description="Address of a running Dask scheduler (tcp://host:8786); unset: a local cluster.",
     )
     dask_workers: int = Field(default=2, ge=1, le=256, description="Processes of the local Dask cluster.")
     result_storage: str | None = Field(
         default=None,
-        description="Task result cache: a folder (default <run folder>/.prefect-results) or block:<storage block slug>.",
+        description="Task result cache: a folder (default: .prefect-results in the run folder) or "
+        "block:SLUG, a saved Prefect storage block (e.g. block:s3-bucket/hermes-cache).",
     )
-    # run control (SPEC sections 13-14; flows.budget, flows.pilot, hermes_core.limiter)
+    # run control (README § Run control; flows.budget, flows.pilot, hermes_core.limiter)
     max_cost_usd: float | None = Field(
         default=None,
         gt=0,
         description="Spend cap of the whole run in USD (every invocation); needs a cost source: the "
-        "provider's usage.cost (OpenRouter) or --price_per_mtok_in/--price_per_mtok_out.",
+        "provider's usage.cost (OpenRouter) or price_per_mtok_in and price_per_mtok_out.",
     )
     max_total_tokens: int | None = Field(
         default=None,
@@ -126,7 +154,7 @@ class BatchConfig(BaseModel):
     price_per_mtok_out: float | None = Field(
         default=None, ge=0, description="USD per million completion tokens, for requests that report no cost."
     )
-    on_budget: Literal["drain", "cancel"] = Field(
+    on_budget: BudgetAction = Field(
         default="drain",
         description="When the cap is reached: drain (running prompts finish) or cancel them; no new prompt starts.",
     )
@@ -145,6 +173,9 @@ class BatchConfig(BaseModel):
     def from_options(cls, **options: Any) -> BatchConfig:
         """Build from flat options (the flags / flow parameters: ``model=...``, ``max_turns=...``).
 
+        :data:`UNSET_CHOICE` (``"default"``) given for an option of :func:`unset_choice_options`
+        means None (not set).
+
         Raises:
             OptionError: an unknown option, a missing required one, an invalid value, or a cost cap
                 with no cost source (:func:`flows.budget.cost_source`); the message names the option.
@@ -154,6 +185,8 @@ class BatchConfig(BaseModel):
             raise OptionError(unknown[0], "not an option of this flow")
         values: dict[str, Any] = {name: {} for name in GROUPS}
         for name, value in options.items():
+            if value == UNSET_CHOICE and name in _UNSET_CHOICES:
+                value = None
             group = _GROUP_OF.get(name)
             (values[group] if group else values)[name] = value
         try:
@@ -179,11 +212,17 @@ class BatchConfig(BaseModel):
         return config
 
     def options(self) -> dict[str, Any]:
-        """The flat options of this config (JSON-able): the flow's parameters."""
+        """The flat options of this config (JSON-able): the flow's parameters.
+
+        An unset option of :func:`unset_choice_options` is :data:`UNSET_CHOICE`, not None, so
+        that these are valid parameters of a deployment too (its schema check refuses null there).
+        """
         dumped = self.model_dump(mode="json")
         flat = {}
         for name, (group, _field) in _OPTIONS.items():
             flat[name] = dumped[group][name] if group else dumped[name]
+            if flat[name] is None and name in _UNSET_CHOICES:
+                flat[name] = UNSET_CHOICE
         return flat
 
     @field_validator("run_name")
@@ -251,7 +290,7 @@ class BatchConfig(BaseModel):
         )
 
     def defining_settings(self) -> dict[str, Any]:
-        """The settings that define a sample (SPEC section 9; fields marked DEFINING); a run refuses to change them."""
+        """The settings that define a sample (README § Resume, retries, identity; fields marked DEFINING); a run refuses to change them."""
         settings: dict[str, Any] = {}
         for model in (self, *(getattr(self, name) for name in GROUPS)):
             for name, info in type(model).model_fields.items():
@@ -289,13 +328,43 @@ def _collect_options() -> dict[str, tuple[str | None, FieldInfo]]:
     return options
 
 
+def _choices(info: FieldInfo) -> tuple[Any, ...]:
+    """The values of an option typed ``Literal[...]`` or ``Literal[...] | None``; empty for any other type."""
+    annotation = info.annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        annotation = args[0] if len(args) == 1 else None
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
+
+
+def _collect_unset_choices() -> dict[str, tuple[str, ...]]:
+    found: dict[str, tuple[str, ...]] = {}
+    for name, (_group, info) in _OPTIONS.items():
+        values = _choices(info)
+        if values and info.default is None:
+            if UNSET_CHOICE in values or not all(isinstance(value, str) for value in values):
+                raise TypeError(f"option {name!r}: its values must be strings other than {UNSET_CHOICE!r}")
+            found[name] = values
+    return found
+
+
 _OPTIONS = _collect_options()
 _GROUP_OF = {name: group for name, (group, _) in _OPTIONS.items() if group}
+_UNSET_CHOICES = _collect_unset_choices()
 
 
 def run_options() -> dict[str, FieldInfo]:
     """Every flat option of a run, in declaration order: ``{name: pydantic field}`` (type, default, description)."""
     return {name: info for name, (_, info) in _OPTIONS.items()}
+
+
+def unset_choice_options() -> dict[str, tuple[str, ...]]:
+    """The options with a fixed set of values that may be unset (``Literal[...] | None``, default None).
+
+    Returns:
+        ``{name: values}``; as flow parameters their values are :data:`UNSET_CHOICE` then these.
+    """
+    return dict(_UNSET_CHOICES)
 
 
 def options_signature() -> inspect.Signature:
@@ -305,25 +374,52 @@ def options_signature() -> inspect.Signature:
     choices become the parameter's schema (the UI's custom-run form; descriptions come from
     :func:`options_docstring`), and Prefect validates ``prefect deployment run --param k=v`` values
     against the annotations.
+
+    An option of :func:`unset_choice_options` (``Literal[...] | None``) would be a ``str | None``
+    type picker in the form, and its null default would not pass the server's schema check if it
+    were a plain dropdown; its parameter is therefore ``{"type": "string", "enum": ["default",
+    ...values]}`` with default :data:`UNSET_CHOICE`, and still accepts None from Python callers.
     """
     parameters = []
     for name, info in run_options().items():
         described = Field(description=info.description, json_schema_extra=info.json_schema_extra)
-        annotation = Annotated[(info.annotation, described, *info.metadata)]  # type: ignore[valid-type]
+        kind: Any = info.annotation
+        extra: tuple[Any, ...] = ()
         default = (
             inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
         )
+        if name in _UNSET_CHOICES:
+            values = (UNSET_CHOICE, *_UNSET_CHOICES[name])
+            kind = Literal[values] | None  # type: ignore[valid-type]
+            extra = (WithJsonSchema({"type": "string", "enum": list(values)}),)
+            default = UNSET_CHOICE
+        annotation = Annotated[(kind, *extra, described, *info.metadata)]  # type: ignore[valid-type]
         parameters.append(
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
         )
     return inspect.Signature(parameters, return_annotation=Any)
 
 
+def parameter_description(name: str) -> str:
+    """The description of option ``name`` as a flow parameter (the UI's form): its field's description.
+
+    For an option of :func:`unset_choice_options` whose description does not say what its
+    default is, it ends with ``(default: not set)``: the form's dropdown shows that entry.
+    """
+    description = run_options()[name].description or name
+    if name in _UNSET_CHOICES and UNSET_CHOICE not in description:
+        description = f"{description.rstrip('.')} ({UNSET_CHOICE}: not set)."
+    return description
+
+
 def options_docstring() -> str:
-    """A Google-style ``Args:`` section with each option's description (Prefect's parameter descriptions)."""
+    """A Google-style ``Args:`` section with each option's description (Prefect's parameter descriptions).
+
+    See :func:`parameter_description`.
+    """
     lines = ["", "Args:"]
-    for name, info in run_options().items():
-        lines.append(f"    {name}: {info.description or name}")
+    for name in run_options():
+        lines.append(f"    {name}: {parameter_description(name)}")
     return "\n".join(lines) + "\n"
 
 
@@ -363,5 +459,8 @@ __all__ = [
     "load_prefill",
     "options_docstring",
     "options_signature",
+    "parameter_description",
     "run_options",
+    "unset_choice_options",
+    "UNSET_CHOICE",
 ]

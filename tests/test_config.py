@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
-from prefect.utilities.callables import parameter_schema
+import json
+import typing
+from pathlib import Path
 
-from flows.cli import CLI_ONLY, build_run_parser, config_from_args
-from flows.config import BatchConfig, OptionError, run_options
+import pytest
+import yaml
+from prefect.exceptions import ParameterTypeError
+from prefect.utilities.callables import parameter_schema
+from prefect.utilities.schema_tools import validate
+
+from flows.cli import CLI_ONLY, build_run_parser, config_from_args, main
+from flows.config import (
+    UNSET_CHOICE,
+    BatchConfig,
+    OptionError,
+    parameter_description,
+    run_options,
+    unset_choice_options,
+)
 from flows.generate import generate_trajectories
 from hermes_core.settings import (
     BrowserSettings,
@@ -30,13 +44,143 @@ def test_flags_and_flow_parameters_are_the_options():
     assert schema["required"] == ["dataset_file", "batch_size", "run_name"]
     for name, info in options.items():
         prop = schema["properties"][name]
-        assert prop["description"] == info.description, name
-        if not info.is_required():
+        assert prop["description"] == parameter_description(name), name
+        assert parameter_description(name).startswith(info.description.rstrip(".")), name  # --help's text
+        if name in unset_choice_options():
+            assert prop["default"] == UNSET_CHOICE and info.default is None, name
+        elif not info.is_required():
             assert prop["default"] == info.get_default(call_default_factory=True), name
     assert "api_key" not in schema["properties"]  # no secret is a parameter
     assert set(schema["properties"]["distribution"]["enum"]) >= {"default", "terminal_only"}
-    effort = schema["properties"]["reasoning_effort"]["anyOf"][0]["enum"]
+    effort = schema["properties"]["reasoning_effort"]["enum"]
     assert effort[-2:] == ["max", "ultra"]
+
+
+REPO = Path(__file__).resolve().parent.parent
+FIXED_VALUES = {
+    "distribution",
+    "provider_sort",
+    "reasoning_effort",
+    "terminal_env",
+    "task_runner",
+    "on_budget",
+}
+"""The options with a fixed set of values: dropdowns in the Prefect UI's run form."""
+
+
+def _values(name: str) -> list[str]:
+    """The values of option ``name`` as its type declares them (``Literal[...]``, maybe ``| None``)."""
+    annotation = run_options()[name].annotation
+    if typing.get_origin(annotation) is not typing.Literal:
+        annotation = next(arg for arg in typing.get_args(annotation) if arg is not type(None))
+    return list(typing.get_args(annotation))
+
+
+def test_parameter_schema_has_dropdowns_and_plain_text_descriptions():
+    for schema in (
+        parameter_schema(generate_trajectories.fn).model_dump(),
+        generate_trajectories.parameters.model_dump(),
+    ):
+        props = schema["properties"]
+        choices = {name for name, prop in props.items() if "enum" in prop}
+        assert choices == FIXED_VALUES
+        assert set(unset_choice_options()) == {"provider_sort", "reasoning_effort", "terminal_env"}
+        for name in FIXED_VALUES:
+            prop = props[name]
+            assert "anyOf" not in prop and prop["type"] == "string", name  # a dropdown, no type picker
+            unset = [UNSET_CHOICE] if name in unset_choice_options() else []
+            assert prop["enum"] == unset + _values(name), name
+            assert prop["default"] in prop["enum"], name
+        assert props["on_budget"]["enum"] == ["drain", "cancel"] and props["on_budget"]["default"] == "drain"
+        assert props["task_runner"]["enum"] == ["threads", "dask"]
+        assert props["terminal_env"]["enum"] == ["default", "local", "docker", "singularity", "modal"]
+        for name, prop in props.items():  # the UI renders descriptions as markdown/HTML
+            assert prop["description"] and not set("<>`*[]|") & set(prop["description"]), name
+            assert "--" not in prop["description"], name  # options, not command-line flags
+        assert "output_dir/run_name/" in props["run_name"]["description"]
+
+
+def _deployments() -> list[dict]:
+    return yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+
+
+def test_what_the_run_form_sends_and_the_deployments_pass_the_servers_schema_check():
+    schema = parameter_schema(generate_trajectories).model_dump()
+    defaults = {name: prop["default"] for name, prop in schema["properties"].items() if "default" in prop}
+    presets = sorted((REPO / "deployments" / "presets").glob("*.json"))
+    assert presets
+    for deployment in _deployments():
+        # the UI's form sends every parameter: the deployment's values over the schema's defaults
+        assert validate({**defaults, **deployment["parameters"]}, schema, raise_on_error=True) == []
+        for preset in presets:
+            values = {**deployment["parameters"], **json.loads(preset.read_text())}
+            assert validate(values, schema, raise_on_error=True) == [], preset.name
+    config = BatchConfig.from_options(dataset_file="d.jsonl", batch_size=2, run_name="r")
+    assert validate(config.options(), schema, raise_on_error=True) == []  # create_flow_run_from_deployment
+    chosen = {**config.options(), "terminal_env": "docker", "provider_sort": "price", "on_budget": "cancel"}
+    assert validate(chosen, schema, raise_on_error=True) == []
+    assert validate({**chosen, "on_budget": "later"}, schema)  # a value not in the list is refused
+    assert validate({**chosen, "terminal_env": None}, schema)  # as a parameter, unset is "default"
+    # the other optional options keep their int | None (str | None ...) picker: null is their unset
+    assert validate({**chosen, "max_tokens": None, "pilot": None}, schema) == []
+
+
+def test_default_means_unset_and_none_stays_possible():
+    required = {"dataset_file": "d.jsonl", "batch_size": 1, "run_name": "r"}
+    unset = BatchConfig.from_options(**required)
+    assert (unset.terminal_env, unset.llm.provider_sort, unset.llm.reasoning_effort) == (None, None, None)
+    explicit = BatchConfig.from_options(
+        **required, terminal_env=None, provider_sort=None, reasoning_effort=None
+    )
+    spelled = BatchConfig.from_options(
+        **required, terminal_env=UNSET_CHOICE, provider_sort=UNSET_CHOICE, reasoning_effort=UNSET_CHOICE
+    )
+    assert unset == explicit == spelled and spelled.settings_hash() == unset.settings_hash()
+    assert spelled.defining_settings()["reasoning_effort"] is None
+    options = unset.options()
+    assert [options[name] for name in unset_choice_options()] == [UNSET_CHOICE] * 3
+    assert BatchConfig.from_options(**options) == unset
+    assert options["max_tokens"] is None and options["distribution"] == "default"  # a real distribution
+    chosen = BatchConfig.from_options(**required, terminal_env="docker", reasoning_effort="none")
+    assert (chosen.terminal_env, chosen.llm.reasoning_effort) == ("docker", "none")
+    assert chosen.options()["terminal_env"] == "docker"
+    # the flow itself (Prefect validates its parameters against the signature) takes both spellings
+    flow_values = generate_trajectories.validate_parameters(
+        {**required, "terminal_env": None, "provider_sort": "default"}
+    )
+    assert flow_values["terminal_env"] is None and flow_values["provider_sort"] == UNSET_CHOICE
+    with pytest.raises(ParameterTypeError, match="terminal_env"):
+        generate_trajectories.validate_parameters({**required, "terminal_env": "vm"})
+
+    # the command line: the flag left out, or given as before
+    def args(*flags: str):
+        return build_run_parser().parse_args(["--dataset_file=d", "--batch_size=1", "--run_name=r", *flags])
+
+    assert config_from_args(args()).terminal_env is None
+    assert config_from_args(args("--terminal_env=docker", "--on_budget=cancel")).on_budget == "cancel"
+    assert config_from_args(args("--provider_sort=latency")).llm.provider_sort == "latency"
+
+
+@pytest.mark.parametrize(
+    ("flag", "line"),
+    [
+        ("--on_budget=later", "error: invalid --on_budget: Input should be 'drain' or 'cancel' (got 'later')"),
+        ("--task_runner=ray", "error: invalid --task_runner: Input should be 'threads' or 'dask' (got 'ray')"),
+        (
+            "--terminal_env=vm",
+            "error: invalid --terminal_env: Input should be 'local', 'docker', 'singularity' or 'modal' (got 'vm')",
+        ),
+        (
+            "--provider_sort=cheapest",
+            "error: invalid --provider_sort: Input should be 'price', 'throughput' or 'latency' (got 'cheapest')",
+        ),
+        ("--reasoning_effort=huge", "error: invalid --reasoning_effort: Input should be 'none', 'minimal', 'low', "
+         "'medium', 'high', 'xhigh', 'max' or 'ultra' (got 'huge')"),
+    ],
+)  # fmt: skip
+def test_a_bad_value_of_a_fixed_set_is_one_clear_error_line(flag, line, capsys):
+    assert main(["--dataset_file=d.jsonl", "--batch_size=1", "--run_name=r", flag]) == 2
+    assert capsys.readouterr().err.strip() == line
 
 
 def test_nested_options_are_flat_and_defining_settings_come_from_the_fields():
