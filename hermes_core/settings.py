@@ -163,6 +163,16 @@ class SandboxSettings(_Area):
         "as it is, loopback services included (unsafe: a command can drive a local Prefect API).",
     )
 
+    sandbox_agent: Literal["auto", "native", "python"] = Field(
+        default="auto",
+        validation_alias=AliasChoices("sandbox_agent", "HERMES_SANDBOX_AGENT"),
+        description="Local backend under bubblewrap: the agent inside each sandbox that runs its commands "
+        "and opens its files. auto (default): the native one (sandbox_agent.c, built once per machine with "
+        "the C compiler into ~/.cache/hermes-batch) when it can be built, else the Python one, with one log "
+        "line; native: required (a sandbox fails to start without it); python: always the Python one. Both "
+        "behave the same; the native one starts with about 14 ms less CPU per prompt.",
+    )
+
     sandbox_allow_networks: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         validation_alias=AliasChoices("sandbox_allow_networks", "HERMES_SANDBOX_ALLOW_NETWORKS"),

@@ -40,34 +40,8 @@ def call(ctx: ToolContext, name: str, **arguments) -> dict:
 # -- file tools: no symlink race out of the sandbox -------------------------------------------------
 
 
-def test_a_symlink_swapped_under_the_file_tools_never_reaches_a_host_file(tmp_path):
-    """A background command flips ``w`` between a file of the prompt and a host file while the tools use it.
-
-    Before the file I/O moved into the sandbox this overwrote the host file within a second
-    (the host checked ``realpath`` and then opened the name again).
-    """
-    host_file = tmp_path / "host-secret.txt"
-    host_file.write_text("HOST SECRET")
-    with LocalEnvironment(settings=ISOLATED) as env:
-        env.write_file("inside.txt", b"inside")
-        flipper = (
-            "while :; do ln -sfn inside.txt w.new && mv -Tf w.new w; "
-            f"ln -sfn {host_file} w.new && mv -Tf w.new w; done"
-        )
-        env.execute(f"setsid sh -c '{flipper}' >/dev/null 2>&1 &")
-        reads, refused, end = set(), 0, time.monotonic() + 4
-        while time.monotonic() < end:
-            try:
-                env.write_file("w", b"PWNED")
-            except OSError:
-                refused += 1  # the link pointed at a path the sandbox cannot see
-            try:
-                reads.add(env.read_file("w"))
-            except OSError:
-                refused += 1
-    assert host_file.read_text() == "HOST SECRET"
-    assert b"HOST SECRET" not in reads
-    assert reads <= {b"inside", b"PWNED"} and refused > 0  # the race did run both ways
+# The symlink race against the file tools runs once per sandbox agent in tests/test_sandbox_agent.py
+# (a link flipped between the prompt's file, a host file and another prompt's file).
 
 
 def test_the_file_tools_see_exactly_what_the_commands_see(tmp_path):

@@ -106,7 +106,8 @@ def test_the_sandbox_hides_the_host_processes_home_run_folder_and_docker_socket(
             "for p in /proc/[0-9]*; do head -c 60 $p/cmdline | tr '\\0\\n' '  '; echo; done"
         ).output
         names = [os.path.basename(line.split(" ")[0]) for line in procs.splitlines() if line]
-        assert names[0] == "bwrap" and names[1].startswith("python3"), procs  # its init and its agent
+        agent = names[1] == "sandbox-agent" or names[1].startswith("python3")  # native or Python
+        assert names[0] == "bwrap" and agent, procs  # its init and its agent
         assert set(names[2:]) <= {"bash", "head", "tr"}, procs  # then only this command
         seen = env.execute(
             f"for p in /root /home /run /var/run /var/run/docker.sock {run_folder} data {tmp_path}; do "
@@ -127,24 +128,6 @@ def test_a_given_cwd_is_copied_in_never_bound(tmp_path):
         assert out.output == f"{copy}\ngiven\n{env.home}\n"
         assert env.execute(f"ls {tmp_path} 2>&1").returncode != 0  # the host folder is not in the sandbox
     assert not (work / "out.txt").exists() and sorted(os.listdir(work)) == ["in.txt"]
-
-
-def test_background_processes_live_between_commands_and_die_at_close():
-    marker = f"41.{time.monotonic_ns() % 10**6}"
-    env = LocalEnvironment(settings=ISOLATED)
-    env.start()
-    try:
-        pid = env.execute(f"setsid sleep {marker} >/dev/null 2>&1 & echo $!").output.strip()
-        time.sleep(0.2)
-        assert env.execute(f"kill -0 {pid} && echo running").output == "running\n"
-        assert len(host_pids_with(f"sleep\0{marker}")) == 1
-    finally:
-        env.close()
-    end = time.monotonic() + 3
-    while host_pids_with(f"sleep\0{marker}") and time.monotonic() < end:
-        time.sleep(0.05)
-    assert host_pids_with(f"sleep\0{marker}") == []
-    assert host_pids_with(env._sandbox_tmp) == []  # bubblewrap itself is gone too
 
 
 def test_close_during_start_leaves_nothing_running():

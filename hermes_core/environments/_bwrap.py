@@ -3,15 +3,22 @@
 Why an agent: each command used to be its own ``bwrap`` with its own pid namespace, so a
 background process died with the command that started it. Joining a running sandbox from
 outside (``nsenter``) needs privileges an ordinary user does not have in bubblewrap's nested
-user namespaces. So :meth:`BwrapSandbox.start` starts ``bwrap ... python3 -I -S -c AGENT``: the
-agent (stdlib only) is the sandbox's first process after bubblewrap's own init; the host sends
-it, over a socketpair, one request per command (the request itself and the write end of the
-output pipe travel as file descriptors, ``SCM_RIGHTS``), the agent forks the command in a new
-session and reports its exit status. Every command of the prompt therefore shares one mount
-and pid namespace: background processes outlive the command that started them and ``kill -0``
-sees them; the agent kills a command's process group on timeout; :meth:`BwrapSandbox.close`
-SIGKILLs the namespace's init, which makes the kernel kill every process of the prompt.
-When this Python process dies, the socket closes, the agent exits and the namespace goes too.
+user namespaces. So :meth:`BwrapSandbox.start` starts ``bwrap ... <agent> <fd>``: the agent is
+the sandbox's first process after bubblewrap's own init; the host sends it, over a socketpair,
+one request per command (the request itself and the write end of the output pipe travel as
+file descriptors, ``SCM_RIGHTS``), the agent forks the command in a new session and reports its
+exit status. Every command of the prompt therefore shares one mount and pid namespace:
+background processes outlive the command that started them and ``kill -0`` sees them; the
+agent kills a command's process group on timeout; :meth:`BwrapSandbox.close` SIGKILLs the
+namespace's init, which makes the kernel kill every process of the prompt. When this Python
+process dies, the socket closes, the agent exits and the namespace goes too.
+
+Two agents speak the same protocol (:data:`AGENT`) and behave the same: the native one,
+``sandbox_agent.c`` compiled once per machine by :mod:`hermes_core.environments._native_agent`
+(``HERMES_SANDBOX_AGENT=auto|native|python``), shown in the sandbox as
+:data:`NATIVE_AGENT_PATH`, used whenever it can be built: its start costs a fraction of a
+millisecond of CPU where starting ``python3 -I -S -c AGENT`` costs ~14 ms, per prompt; and
+that Python program (stdlib only) otherwise.
 
 The sandbox: ``/usr``, ``/etc`` (and the ``/bin``, ``/lib*`` links) read-only; the prompt's
 folder (also ``HOME``) and a private ``/tmp`` writable; fresh ``/proc`` and ``/dev``; no
@@ -34,12 +41,13 @@ import tempfile
 import threading
 import time
 
+from hermes_core.environments._native_agent import native_agent
 from hermes_core.environments._outbound import OutboundNetwork, resolv_conf
 from hermes_core.environments._poll import readable
 from hermes_core.exceptions import SandboxError
 
 AGENT = r"""
-import os, select, sys, _signal, _socket
+import errno, os, select, sys, _signal, _socket
 sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, int(sys.argv[1]))
 os.set_inheritable(sock.fileno(), False)
 wake_r, wake_w = os.pipe()
@@ -48,15 +56,33 @@ os.set_blocking(wake_w, False)
 _signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
 _signal.signal(_signal.SIGCHLD, lambda *_: None)
 running = {}
+MAX_SPEC = 8 << 20
+
+def not_started(ident, out, err):
+    try:
+        os.write(out, b"hermes sandbox: cannot run the command: %s\n" % os.strerror(err).encode())
+    except OSError:
+        pass
+    sock.send(b"%d 127" % ident)
 
 def spawn(spec, out):
     fields = spec.split(b"\0")
     ident, cwd, argc = int(fields[0]), fields[1], int(fields[2])
+    if not 0 <= argc <= len(fields) - 3:
+        raise ValueError("bad argument count")
     argv = fields[3 : 3 + argc]
     env = dict(entry.split(b"=", 1) for entry in fields[3 + argc :])
-    pid = os.fork()
+    try:
+        pid = os.fork() if argv else -errno.EINVAL
+    except OSError as exc:
+        pid = -(exc.errno or errno.EAGAIN)
+    if pid < 0:  # as a command that could not start, instead of losing the request
+        not_started(ident, out, -pid)
+        return
     if pid == 0:
         try:
+            _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)  # Python ignores these; commands must not
+            _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
             os.setsid()
             os.dup2(out, 1)
             os.dup2(out, 2)
@@ -71,7 +97,8 @@ def spawn(spec, out):
                 os._exit(1)
             os.execve(argv[0], argv, env)
         except BaseException as exc:
-            os.write(2, ("hermes sandbox: cannot run the command: %s\n" % exc).encode())
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            os.write(2, b"hermes sandbox: cannot run the command: %s\n" % why.encode())
         os._exit(127)
     running[pid] = ident
 
@@ -103,12 +130,26 @@ def open_file(spec):
     finally:
         os.close(fd)
 
+def kill_group(pid):
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        try:
+            os.kill(pid, 9)  # forked but not yet through setsid()
+        except ProcessLookupError:
+            pass
+
 def read_all(fd):
-    data = b""
-    while chunk := os.read(fd, 65536):
-        data += chunk
-    os.close(fd)
-    return data
+    chunks, size = [], 0
+    try:
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > MAX_SPEC:
+                return None
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 # poll, not select: the socket keeps the host's descriptor number, >= 1024 with hundreds of prompts
 poller = select.poll()
@@ -134,25 +175,28 @@ try:
                     fds += [int.from_bytes(data[i : i + 4], sys.byteorder, signed=True) for i in range(0, len(data) - 3, 4)]
             op, _, ident = msg.partition(b" ")
             if op == b"run":
-                spawn(read_all(fds[0]), fds[1])
+                spec = read_all(fds[0])
+                if spec is None:
+                    not_started(int(ident), fds[1], errno.E2BIG)
+                else:
+                    spawn(spec, fds[1])
                 os.close(fds[1])
             elif op == b"open":
-                open_file(read_all(fds[0]))
+                spec = read_all(fds[0])
+                if spec is None:  # its path is far over PATH_MAX: what open(2) would say
+                    sock.send(b"%s E%d" % (ident, errno.ENAMETOOLONG))
+                else:
+                    open_file(spec)
             elif op == b"kill":
+                target = int(ident)
                 for pid, running_ident in list(running.items()):
-                    if running_ident == int(ident):
-                        try:
-                            os.killpg(pid, 9)
-                        except ProcessLookupError:
-                            pass
+                    if running_ident == target:
+                        kill_group(pid)
 finally:
     for pid in running:
-        try:
-            os.killpg(pid, 9)
-        except ProcessLookupError:
-            pass
+        kill_group(pid)
 """
-"""Source of the agent run inside the sandbox; ``argv[1]`` is the fd of its socket.
+"""Source of the Python agent run inside the sandbox; ``argv[1]`` is the fd of its socket.
 
 It imports only modules built into the interpreter or C extensions (``_socket``, ``_signal``,
 ``select``; no ``json``, ``socket``, ``signal``: their pure-Python imports took 13.6 of the
@@ -166,7 +210,27 @@ Files: ``open <id>`` with one descriptor, a file holding ``id NUL flags NUL mode
 path`` (host); the agent opens the path itself, inside the sandbox (creating its parent folders
 when ``parents`` is ``1``), and answers ``<id> F`` with the open descriptor attached, or ``<id>
 E<errno>``. So a path is resolved by the kernel in the sandbox's own mount namespace, symlinks
-included: there is no host-side check of a name that a command could swap before the open."""
+included: there is no host-side check of a name that a command could swap before the open.
+
+A request file over ``MAX_SPEC`` (8 MiB; ``execve`` takes at most 6 MiB of arguments) is not
+read to its end: a ``run`` answers as a command that cannot start (``Argument list too long``),
+an ``open`` with ``E<ENAMETOOLONG>``.
+
+A command that cannot start (no program, fork failed) writes ``hermes sandbox: cannot run the
+command: <reason>`` to its output and ends with 127; one whose folder cannot be entered writes
+``cd: <folder>: <reason>`` and ends with 1. Commands start with SIGPIPE and SIGXFSZ at their
+defaults, as plain subprocesses do. A request that does not parse (only a broken host sends
+one) ends the agent: it kills its commands and exits 1, so the host ends every pending request.
+
+``sandbox_agent.c`` is the same program in C (the native agent); a change here goes there too,
+and ``tests/test_sandbox_agent.py`` runs every behaviour against both."""
+
+NATIVE_AGENT_PATH = "/opt/hermes-batch/sandbox-agent"
+"""Where a sandbox sees the native agent (the host file is bound there read-only).
+
+Not its host path: that lies in the user's cache folder (``/root/...``, ``/home/...``), and a
+bind at the same path would make ``/root`` or ``/home`` appear in the sandbox, with the host
+user's name in it."""
 
 _START_TIMEOUT = 30.0
 """Longest wait for a new sandbox's agent to report ready, seconds."""
@@ -196,7 +260,13 @@ def agent_interpreter() -> tuple[str, list[str]]:
 
 
 def sandbox_argv(
-    bwrap: str, home: str, tmp: str, network: str, extra_ro: list[str], resolv: str | None = None
+    bwrap: str,
+    home: str,
+    tmp: str,
+    network: str,
+    extra_ro: list[str],
+    resolv: str | None = None,
+    agent_file: str | None = None,
 ) -> list[str]:
     """The bubblewrap options (up to and without the command) of a prompt's sandbox.
 
@@ -209,6 +279,7 @@ def sandbox_argv(
             :mod:`hermes_core.environments._outbound`).
         extra_ro: more host folders bound read-only at the same path.
         resolv: a host file shown as ``/etc/resolv.conf`` (the outbound network's name server), or None.
+        agent_file: the host file of the native agent, bound read-only at :data:`NATIVE_AGENT_PATH`, or None.
     """
     argv = [bwrap, "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -229,6 +300,8 @@ def sandbox_argv(
             argv += ["--ro-bind", host_resolv, host_resolv]  # systemd-resolved keeps it under /run
     for folder in extra_ro:
         argv += ["--ro-bind", folder, folder]
+    if agent_file:
+        argv += ["--ro-bind", agent_file, NATIVE_AGENT_PATH]
     argv += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp", "--bind", home, home]
     argv += ["--unshare-all", *(["--share-net"] if network == "host" else []), "--cap-drop", "ALL"]
     argv += ["--new-session"]
@@ -286,6 +359,10 @@ class BwrapSandbox:
             namespace, loopback only) or ``host`` (the host's network namespace).
         extra_ro: more host folders to bind read-only at the same path.
         allowed_networks: with ``outbound``, networks to let through although they are private.
+
+    Raises:
+        SandboxError: ``HERMES_SANDBOX_AGENT=native`` and the native agent cannot be built
+            (:func:`~hermes_core.environments._native_agent.native_agent`).
     """
 
     def __init__(
@@ -298,16 +375,22 @@ class BwrapSandbox:
         extra_ro: list[str] = (),
         allowed_networks: tuple[str, ...] = (),
     ):
-        python, binds = agent_interpreter()
+        native = native_agent()
+        if native:
+            self._agent, binds = [NATIVE_AGENT_PATH], []
+        else:
+            python, binds = agent_interpreter()
+            self._agent = [python, "-I", "-S", "-c", AGENT]
         resolv = _resolv_file() if network == "outbound" else None
-        self._argv = sandbox_argv(bwrap, home, tmp, network, [*binds, *extra_ro], resolv)
-        self._python, self._env = python, env
+        self._argv = sandbox_argv(bwrap, home, tmp, network, [*binds, *extra_ro], resolv, native)
+        self._env = env
         self._network, self._allowed = network, tuple(allowed_networks)
         self._outbound: OutboundNetwork | None = None
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._pidfd: int | None = None
         self._info_r: int | None = None
+        self._errors_r: int | None = None
         self._init_pid = 0
         self._lock = threading.Lock()
         self._procs: dict[int, SandboxProcess] = {}
@@ -325,42 +408,50 @@ class BwrapSandbox:
         """
         host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()  # info_r stays open until close(): bubblewrap must never get SIGPIPE
-        argv = [*self._argv, "--info-fd", str(info_w), "--", self._python, "-I", "-S", "-c", AGENT]
-        with tempfile.TemporaryFile() as errors:
-            try:
-                with self._lock:  # a concurrent close() waits for this, then kills what started
-                    if self._closed:
-                        host.close()
-                        os.close(info_r)
-                        raise SandboxError("the sandbox was closed before it started")
-                    self._sock, self._info_r = host, info_r
-                    self._proc = subprocess.Popen(
-                        [*argv, str(agent.fileno())],
-                        env=self._env,
-                        cwd="/",
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=errors,
-                        pass_fds=(agent.fileno(), info_w),
-                        start_new_session=True,
-                    )
-            except OSError as exc:
-                self.close()
-                raise SandboxError(f"cannot run bubblewrap: {exc}") from exc
-            finally:
-                agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
-                os.close(info_w)
-            ready = readable(host, _START_TIMEOUT) and _recv(host) == b"ready"
-            if ready:
-                self._init_pid = _read_child_pid(info_r)
-            if not ready:
-                closed = self._closed
-                self.close()
-                if closed:
-                    raise SandboxError("the sandbox was closed while it started")
-                errors.seek(0)
-                reason = errors.read().decode("utf-8", "replace").strip() or "the agent did not start"
-                raise SandboxError(f"bubblewrap cannot create a sandbox here: {reason[-500:]}")
+        # bubblewrap's (and so its init's and the agent's) stderr: a pipe, never a host file. The
+        # sandbox reaches it as /proc/1/fd/2; a file there would be a host file any command or
+        # file tool could write without bound. Read for the reason of a failed start, then left
+        # undrained (a writer blocks after 64 KiB) and open until close(), as info_r.
+        errors_r, errors_w = os.pipe()
+        argv = [*self._argv, "--info-fd", str(info_w), "--", *self._agent]
+        try:
+            with self._lock:  # a concurrent close() waits for this, then kills what started
+                if self._closed:
+                    host.close()
+                    os.close(info_r)
+                    os.close(errors_r)
+                    raise SandboxError("the sandbox was closed before it started")
+                self._sock, self._info_r, self._errors_r = host, info_r, errors_r
+                self._proc = subprocess.Popen(
+                    [*argv, str(agent.fileno())],
+                    env=self._env,
+                    cwd="/",
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors_w,
+                    pass_fds=(agent.fileno(), info_w),
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            self.close()
+            raise SandboxError(f"cannot run bubblewrap: {exc}") from exc
+        finally:
+            agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
+            os.close(info_w)
+            os.close(errors_w)
+        ready = readable(host, _START_TIMEOUT) and _recv(host) == b"ready"
+        if ready:
+            self._init_pid = _read_child_pid(info_r)
+        if not ready:
+            closed = self._closed
+            with self._lock:  # read before close() closes it; a concurrent close() may have already
+                fd = self._errors_r
+                reason = _available(fd, 4096).decode("utf-8", "replace").strip() if fd is not None else ""
+            self.close()
+            if closed:
+                raise SandboxError("the sandbox was closed while it started")
+            reason = reason or "the agent did not start"
+            raise SandboxError(f"bubblewrap cannot create a sandbox here: {reason[-500:]}")
         if self._init_pid:
             try:
                 self._pidfd = os.pidfd_open(self._init_pid)
@@ -554,6 +645,7 @@ class BwrapSandbox:
         with self._lock:
             self._closed = self._ended = True
             proc, info_r, self._info_r = self._proc, self._info_r, None
+            errors_r, self._errors_r = self._errors_r, None
             pidfd, self._pidfd = self._pidfd, None  # taken once: close() may run in two threads at once
             outbound, self._outbound = self._outbound, None
         if proc is not None and not self._init_pid and info_r is not None:
@@ -584,6 +676,8 @@ class BwrapSandbox:
                 proc.wait()
         if info_r is not None:
             os.close(info_r)
+        if errors_r is not None:
+            os.close(errors_r)
         if self._sock is not None:
             self._sock.close()
 
@@ -640,6 +734,21 @@ def _recv(sock: socket.socket) -> bytes:
         return sock.recv(4096)
     except OSError:
         return b""
+
+
+def _available(fd: int, limit: int) -> bytes:
+    """What ``fd`` (a pipe) holds now, at most its last ``limit`` bytes, without waiting for more."""
+    os.set_blocking(fd, False)
+    kept = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not chunk:
+            break
+        kept = (kept + chunk)[-limit:]
+    return kept
 
 
 def _read_child_pid(fd: int) -> int:
