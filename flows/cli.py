@@ -1,4 +1,4 @@
-"""Command line compatible with the reference ``batch_runner.py`` (SPEC section 3).
+"""Command line compatible with the reference ``batch_runner.py`` (README § Command line).
 
 ``python batch_runner.py --dataset_file=... --batch_size=... --run_name=...``
 (or ``hermes-batch ...`` / ``hermes-batch run ...``) runs the
@@ -16,8 +16,15 @@ Exit codes: 0 every prompt finished (or a ``--pilot`` ran); 1 some prompts faile
 ``--max_cost_usd`` without any cost source); 3 the spend cap was reached
 (``--max_cost_usd`` / ``--max_total_tokens``: no new prompt started, every output is
 written, the flow run is Failed named ``BudgetReached``; raise the cap and ``--resume``);
-130 the run was stopped (Ctrl-C, SIGTERM or Cancel in Prefect: finished prompts are
+130 the run was stopped (Ctrl-C, SIGTERM, SIGHUP or Cancel in Prefect: finished prompts are
 saved, ``--resume`` continues).
+
+A stop ends the command line within :data:`flows.stopping.STOP_DEADLINE_SECONDS`, whatever its
+prompts are doing (:class:`flows.stopping.StopDeadline`).
+
+The invocation holds its run folder's lock (:class:`tasks.ledger.RunLock`) from the end of its
+checks to its exit, lent to its flow: a second invocation on the same run exits 2 at once. The
+local API it starts ends with it, however it ends (:mod:`flows.local_api`).
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ REFERENCE_FLAGS = frozenset(
     "max_samples max_tokens providers_allowed providers_ignored providers_order provider_sort "
     "reasoning_effort reasoning_disabled ephemeral_system_prompt log_prefix_chars prefill_messages_file".split()
 )
-"""The reference batch_runner.py's flags (SPEC section 3), listed first in --help."""
+"""The reference batch_runner.py's flags (README § Command line), listed first in --help."""
 
 
 def build_run_parser() -> argparse.ArgumentParser:
@@ -184,7 +191,11 @@ def _prefect_local_api() -> Any:
 
 
 def preflight(config: Any, api_key: str | None = None) -> int:
-    """Checks that need no Prefect and no model: dataset, run folder rules, API key.
+    """Checks that need no Prefect and no model: dataset (records' ``cwd`` included), run folder rules, API key.
+
+    Run before the local API starts and before any request: a dataset ``cwd`` the local sandbox
+    refuses (:func:`tasks.run_setup.refused_cwds`: ``/proc``, a home, the run or output folder...)
+    is an error naming the file and each line.
 
     Returns:
         The number of valid records.
@@ -196,17 +207,22 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     from hermes_core.exceptions import ConfigError
     from hermes_core.settings import HermesSettings
     from tasks.dataset import DatasetError, read_dataset
-    from tasks.run_setup import RunStateError, check_run_dir
+    from tasks.run_setup import RunStateError, check_run_dir, refused_cwds
 
+    settings = HermesSettings()
     try:
         dataset = read_dataset(
             config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
         )
     except DatasetError as exc:
         raise CliError(str(exc)) from None
+    refused = refused_cwds(config, dataset, settings)
+    if refused:  # the flow's read-dataset task says the same; here nothing has started yet
+        message = f"{len(refused)} record(s) with a cwd the local sandbox refuses"
+        raise CliError(str(DatasetError(config.dataset_file, message, refused)))
     for line, reason in dataset.invalid:
         print(f"warning: skipping line {line} of {config.dataset_file}: {reason}", file=sys.stderr)
-    if config.run_dir.is_dir():  # the flow takes the lock for real; this only fails early and clearly
+    if config.run_dir.is_dir():  # run_batch takes the lock for real; this only fails before the checks below
         from tasks.ledger import RunInUseError, RunLock
 
         try:
@@ -219,7 +235,6 @@ def preflight(config: Any, api_key: str | None = None) -> int:
             check_run_dir(config.run_dir, config.defining_settings(), resume=config.resume, overwrite=False)
         except RunStateError as exc:
             raise CliError(str(exc)) from None
-    settings = HermesSettings()
     if not config.api_key_secret and not api_key:  # a Secret block is read by the flow
         base = resolve_base_url(config.model, config.base_url, settings, start_mock=False)
         try:
@@ -250,18 +265,48 @@ def run_batch(argv: list[str]) -> int:
             "--api_key cannot reach Dask worker processes (it is never put in the environment): "
             "set OPENROUTER_API_KEY / OPENAI_API_KEY or use --api_key_secret"
         )
-    preflight(config, args.api_key)
-    if args.api_key:
-        from tasks.prompt import provide_api_key
+    from flows.stopping import StopDeadline, interrupt_on_stop_signals
 
-        provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
-    api = _prefect_local_api()
+    # a stop signal before or after the flow: exit 130, API stopped; and whatever a prompt does, the
+    # process ends STOP_DEADLINE_SECONDS after a stop at the latest
+    with StopDeadline(), interrupt_on_stop_signals():
+        preflight(config, args.api_key)
+        if args.api_key:
+            from tasks.prompt import provide_api_key
+
+            provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
+        with _hold_run_folder(config.run_dir):
+            api = _prefect_local_api()
+            try:
+                return _run_flow(config, heartbeats=api is None)
+            finally:
+                if api is not None:
+                    try:
+                        _drain_prefect_workers()
+                    finally:
+                        api.stop()
+
+
+@contextlib.contextmanager
+def _hold_run_folder(run_dir: Any) -> typing.Iterator[None]:
+    """Hold the run folder's lock for the whole invocation, lent to the flow this process runs.
+
+    Taken before the local API starts (10-30 s), so a second invocation on the same run is
+    refused at once with exit code 2, and cannot take the folder from under this one.
+
+    Raises:
+        CliError: another invocation holds the folder.
+    """
+    from tasks.ledger import RunInUseError, RunLock
+
     try:
-        return _run_flow(config, heartbeats=api is None)
+        lock = RunLock(run_dir, lend=True).__enter__()
+    except RunInUseError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        yield
     finally:
-        if api is not None:
-            _drain_prefect_workers()
-            api.stop()
+        lock.__exit__(None, None, None)
 
 
 def _drain_prefect_workers(timeout: float = 5.0) -> None:

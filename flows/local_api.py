@@ -10,19 +10,35 @@ reasons Prefect's own start cannot serve:
 * its output goes to ``$PREFECT_HOME/hermes-local-api.log``, not to the user's console
   (its shutdown noise: flush errors, CancelledError tracebacks);
 * it gets the process's environment without credential-named variables (it needs no key), and
-  it is stopped with SIGTERM and given time to store the run's last task-run events.
+  it is stopped with SIGTERM and given time to store the run's last task-run events;
+* it ends with the command line whatever ends that (SIGHUP from a closed terminal, SIGTERM,
+  SIGKILL, a crash): on Linux the server is started through a few lines of Python that set
+  ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` and then exec uvicorn (the setting survives the exec), so
+  the kernel sends it SIGTERM when the command line dies; it then stops in a few seconds.
+  The kernel sends that signal when the *thread* that started the child ends, not the process,
+  so the server is always started from :func:`_spawner_thread`, a daemon thread that only waits
+  for start requests and lives as long as the process (a thread of a caller, a pool's worker,
+  could end first and take the server with it). A parent that died before the ``prctl`` is
+  caught by comparing ``getppid()`` with the command line's pid. A watcher thread in the
+  server, polling its parent, was the alternative: slower to notice, and code of ours inside
+  Prefect's server process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,6 +48,46 @@ STARTUP_TIMEOUT = 120.0
 """Seconds to wait for the API's health check (a fresh database takes 15-25 s on 2 cores)."""
 STOP_GRACE = 10.0
 """Seconds the API gets after SIGTERM to store queued events before it is killed."""
+
+
+PARENT_DEATH_SIGNAL = signal.SIGTERM
+"""What the kernel sends the local API when the command line dies (Linux)."""
+
+_EXEC_WITH_PARENT_DEATH_SIGNAL = f"""
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, {int(PARENT_DEATH_SIGNAL)}, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+    sys.exit("prctl(PR_SET_PDEATHSIG) failed: " + os.strerror(ctypes.get_errno()))
+if os.getppid() != int(sys.argv[1]):  # the command line died before the prctl
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+"""Run by ``python -S -c`` with the parent's pid and the real command's arguments (after ``python``)."""
+
+_spawn_requests: queue.SimpleQueue = queue.SimpleQueue()
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner_thread() -> None:
+    """Start the subprocesses asked for on :data:`_spawn_requests`, forever (a daemon thread)."""
+    while True:
+        args, kwargs, result = _spawn_requests.get()
+        try:
+            result.set_result(subprocess.Popen(args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            result.set_exception(exc)
+
+
+def _popen_from_lasting_thread(args: list[str], **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(args, **kwargs)`` run on :func:`_spawner_thread` (started on first use)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawner_thread, name="hermes-local-api-spawner", daemon=True)
+            _spawner.start()
+    result: Future = Future()
+    _spawn_requests.put((args, kwargs, result))
+    return result.result()
 
 
 def _free_port() -> int:
@@ -69,44 +125,63 @@ class LocalAPI:
         env.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
         env.pop("PREFECT_API_URL", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        server = [
+            "-m", "uvicorn",
+            "--app-dir", str(Path(importlib.util.find_spec("prefect").origin).parent.parent),
+            "--factory", "prefect.server.api.server:create_app",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "error", "--lifespan", "on",
+        ]  # fmt: skip
+        if sys.platform == "linux":
+            args = [sys.executable, "-S", "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL, str(os.getpid()), *server]
+        else:  # no parent-death signal: the server outlives a killed command line
+            args = [sys.executable, *server]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "uvicorn",
-                    "--app-dir", str(Path(importlib.util.find_spec("prefect").origin).parent.parent),
-                    "--factory", "prefect.server.api.server:create_app",
-                    "--host", "127.0.0.1", "--port", str(port),
-                    "--log-level", "error", "--lifespan", "on",
-                ],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            self._proc = _popen_from_lasting_thread(
+                args, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                break
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        try:
+            deadline = time.monotonic() + STARTUP_TIMEOUT
+            while time.monotonic() < deadline:
+                if self._proc.poll() is not None:
+                    break
+                try:
+                    if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                        return self.url
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+        except BaseException:  # interrupted (Ctrl-C, a stop signal) while it starts
+            self.stop()
+            raise
         self.stop()
         raise RuntimeError(f"the local Prefect API did not start; see {self.log_path}")
 
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs (None before :meth:`start` and after :meth:`stop`)."""
+        return self._proc.pid if self._proc is not None else None
+
     def stop(self) -> None:
-        """SIGTERM, wait up to :data:`STOP_GRACE` seconds, then SIGKILL. Idempotent."""
+        """SIGTERM, wait up to :data:`STOP_GRACE` seconds, then SIGKILL. Idempotent.
+
+        Interrupted while it waits (a second Ctrl-C), it kills the server at once and re-raises.
+        """
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
             proc.wait(timeout=STOP_GRACE)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            pass
+            _kill(proc)
+        except BaseException:
+            _kill(proc)
+            raise
 
     def __enter__(self) -> LocalAPI:
         self.start()
@@ -116,4 +191,10 @@ class LocalAPI:
         self.stop()
 
 
-__all__ = ["LocalAPI", "STARTUP_TIMEOUT"]
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+__all__ = ["PARENT_DEATH_SIGNAL", "LocalAPI", "STARTUP_TIMEOUT"]
