@@ -1,4 +1,4 @@
-"""The run's spend cap (SPEC section 13, Budget): whether the next prompt, and the next model
+"""The run's spend cap (README § Run control, Budget): whether the next prompt, and the next model
 request, may start, and what to say when not.
 
 The spend is the whole run's, every invocation, from the ledger (:class:`tasks.spend.SpendTally`,

@@ -1,4 +1,4 @@
-"""The pilot (SPEC section 14): run N prompts drawn across the dataset, project the whole run from them.
+"""The pilot (README § Run control): run N prompts drawn across the dataset, project the whole run from them.
 
 ``--pilot N`` draws N prompts (seeded by ``--seed``, spread over the whole dataset, not its head),
 runs them as normal prompts of the run (their rows, tombstones and failures are the run's:

@@ -3,7 +3,7 @@
 Each distribution gives every toolset an independent probability (percent). A
 prompt's toolsets are drawn as independent Bernoulli trials; when none is
 chosen, the highest-percentage toolset is taken (the reference batch runner's
-rule, SPEC section 5). The draw is seeded from (run seed, record key), so a
+rule, README § Tools). The draw is seeded from (run seed, record key), so a
 retried prompt gets the same tools.
 """
 

@@ -1,4 +1,4 @@
-"""Adaptive concurrency: one run-wide limit on model requests in flight (SPEC section 14).
+"""Adaptive concurrency: one run-wide limit on model requests in flight (README § Run control).
 
 :class:`ConcurrencyLimiter` is shared by every prompt of a run in this process
 (:func:`run_limiter`); :class:`~hermes_core.client.ModelClient` calls :meth:`~ConcurrencyLimiter.acquire`

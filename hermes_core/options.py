@@ -5,7 +5,7 @@ Each option of a run is declared once, as a pydantic field of the model that use
 run's own ``flows.config.BatchConfig``). The command line's flags and the flow's parameters are
 generated from those fields; this metadata says what else a field is:
 
-* :data:`DEFINING` - the setting defines a sample (SPEC section 9): it is part of each prompt's
+* :data:`DEFINING` - the setting defines a sample (README § Resume, retries, identity): it is part of each prompt's
   identity, and a run refuses to continue with another value;
 * :data:`INTERNAL` - the field is set by code, not by the user (no flag, no flow parameter).
 

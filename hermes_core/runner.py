@@ -1,4 +1,4 @@
-"""One prompt, start to finish (SPEC section 5): toolsets, sandbox, agent loop, trajectory row.
+"""One prompt, start to finish (README § Tools): toolsets, sandbox, agent loop, trajectory row.
 
 :func:`run_prompt` is what the Prefect task calls for each dataset record. It
 returns a :class:`PromptOutcome` (a trajectory row, or a discard for lack of
@@ -89,7 +89,7 @@ class PromptOutcome(BaseModel):
         "limit ended it); discarded: no assistant turn has reasoning (a tombstone is written instead)."
     )
     row: dict[str, Any] = Field(
-        description="Trajectory row (SPEC section 6); batch_num is set when it is written."
+        description="Trajectory row (README § Outputs); batch_num is set when it is written."
     )
     assistant_turns: int
     turns_with_reasoning: int
@@ -207,7 +207,7 @@ def build_row(
     attempt: int,
     duration_s: float,
 ) -> dict[str, Any]:
-    """The trajectory row of SPEC section 6, keys in order; ``metadata.batch_num`` is set by the ledger."""
+    """The trajectory row of README § Outputs, keys in order; ``metadata.batch_num`` is set by the ledger."""
     tool_stats, tool_error_counts = tool_statistics(result.messages, ALL_POSSIBLE_TOOLS)
     assistant_turns, with_reasoning = result.reasoning
     return {

@@ -1,4 +1,4 @@
-"""ShareGPT trajectory conversion, reasoning extraction and tool statistics (SPEC section 6).
+"""ShareGPT trajectory conversion, reasoning extraction and tool statistics (README § Outputs).
 
 Pure functions over the agent's conversation: a list of OpenAI-format message
 dicts as the agent loop builds them (the ephemeral system prompt and prefill
@@ -132,7 +132,7 @@ def has_reasoning(message: Mapping[str, Any]) -> bool:
 
 
 def hermes_tool_entries(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The system turn's ``<tools>`` entries: the reference's flattened structure (SPEC section 6).
+    """The system turn's ``<tools>`` entries: the reference's flattened structure (README § Outputs).
 
     Args:
         tools: the OpenAI ``tools`` entries offered to the model
@@ -226,7 +226,7 @@ def _tool_block(message: Mapping[str, Any], call_names: Mapping[str, str]) -> st
 
 
 def to_sharegpt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> list[dict]:
-    """Convert the agent's conversation to ShareGPT turns (SPEC section 6).
+    """Convert the agent's conversation to ShareGPT turns (README § Outputs).
 
     Turns: ``system`` (:func:`hermes_system_prompt` of ``tools``), then per message
     ``human`` (user), ``gpt`` (assistant: ``<think>\\n{reasoning}\\n</think>\\n``,
@@ -283,7 +283,7 @@ def _text_fails(text: str) -> bool:
 
 
 def is_tool_failure(content: str | None) -> bool:
-    """Classify one tool result string (SPEC section 6).
+    """Classify one tool result string (README § Outputs).
 
     A JSON object fails when it has a non-null ``error`` at top level or inside a
     ``content`` object, or ``success: false``; a non-zero ``exit_code`` alone is

@@ -1,4 +1,4 @@
-"""The run ledger: what a run has produced, written durably as prompts finish (SPEC section 9).
+"""The run ledger: what a run has produced, written durably as prompts finish (README § Resume, retries, identity).
 
 Files under ``data/<run_name>/``:
 

@@ -1,7 +1,7 @@
 """Run folder bookkeeping before prompts run: the dataset's identities, run.json, refusal rules.
 
 A run folder is reused only with ``--resume`` (or by a retry of the same flow
-run), and only with the same defining settings (SPEC section 9); ``--overwrite``
+run), and only with the same defining settings (README § Resume, retries, identity); ``--overwrite``
 starts it again from nothing.
 """
 

@@ -17,7 +17,7 @@ from hermes_core.distributions import (
 from hermes_core.exceptions import ConfigError
 from hermes_core.tools import TOOLSETS
 
-SPEC = {
+EXPECTED = {
     "default": dict.fromkeys(["web", "vision", "image_gen", "terminal", "file", "moa", "browser"], 100),
     "image_gen": {"image_gen": 90, "vision": 90, "web": 55, "terminal": 45, "moa": 10},
     "research": {"web": 90, "browser": 70, "vision": 50, "moa": 40, "terminal": 10},
@@ -47,24 +47,24 @@ SPEC = {
 
 
 def test_the_seventeen_distributions_of_the_spec():
-    assert {name: d.toolsets for name, d in DISTRIBUTIONS.items()} == SPEC
+    assert {name: d.toolsets for name, d in DISTRIBUTIONS.items()} == EXPECTED
     for dist in DISTRIBUTIONS.values():
         assert set(dist.toolsets) <= set(TOOLSETS)
 
 
-@pytest.mark.parametrize("name", sorted(SPEC))
+@pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_sampling_frequencies_match_the_percentages(name):
     draws = 10_000
     rng = random.Random(1234)
-    counts = dict.fromkeys(SPEC[name], 0)
+    counts = dict.fromkeys(EXPECTED[name], 0)
     for _ in range(draws):
         chosen = sample_toolsets(name, rng)
         assert chosen and len(set(chosen)) == len(chosen)
         for toolset in chosen:
             counts[toolset] += 1
-    probs = {t: p / 100 for t, p in SPEC[name].items()}
+    probs = {t: p / 100 for t, p in EXPECTED[name].items()}
     p_none = math.prod(1 - p for p in probs.values())
-    fallback = max(SPEC[name].items(), key=lambda kv: kv[1])[0]
+    fallback = max(EXPECTED[name].items(), key=lambda kv: kv[1])[0]
     for toolset, p in probs.items():
         expected = p + (p_none if toolset == fallback else 0.0)
         # 4.5 standard deviations of a binomial proportion over 10,000 draws (<= 0.0225)
@@ -96,5 +96,5 @@ def test_unknown_distribution_is_a_clear_error():
 def test_listing_is_sorted_with_percent_lines():
     text = format_distributions()
     names = [line.split(":")[0] for line in text.splitlines()[2:] if line and not line.startswith(" ")]
-    assert names == sorted(SPEC)
+    assert names == sorted(EXPECTED)
     assert "    terminal   : 100% chance" in text

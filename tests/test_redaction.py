@@ -1,4 +1,4 @@
-"""Secret redaction (SPEC section 12): known values and credential-named variables become [REDACTED]."""
+"""Secret redaction (docs/security.md): known values and credential-named variables become [REDACTED]."""
 
 from __future__ import annotations
 

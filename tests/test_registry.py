@@ -12,7 +12,7 @@ from hermes_core.environments import create_environment
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, REGISTRY, TOOLSETS, ToolContext, offered_tools
 
-REFERENCE = {  # tool -> (toolset, required params, all params), TOOLS.md with the SPEC section 7 revision
+REFERENCE = {  # tool -> (toolset, required params, all params), the reference tools, revisions as docs/toolsets.md
     "terminal": ("terminal", ["command"], {"command", "background", "timeout", "workdir"}),
     "process": ("terminal", ["action"], {"action", "session_id", "data", "timeout", "offset", "limit"}),
     "read_file": ("file", ["path"], {"path", "offset", "limit"}),

@@ -1,4 +1,4 @@
-"""Run control end to end (SPEC sections 13-14): spend cap, adaptive concurrency, pilot.
+"""Run control end to end (README § Run control): spend cap, adaptive concurrency, pilot.
 
 CLI subprocess -> Prefect flow (real server) -> agent -> real HTTP -> a mock model server of
 this test process (its own counters and request log per test).

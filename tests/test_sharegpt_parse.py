@@ -28,7 +28,7 @@ TERMINAL = {
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
 }
 
-# SPEC section 6's worked example, as written in a row
+# README § Outputs worked example, as written in a row
 WORKED = [
     {"from": "system", "value": SYSTEM},
     {"from": "human", "value": "What files are here?"},

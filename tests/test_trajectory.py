@@ -1,4 +1,4 @@
-"""ShareGPT conversion, reasoning extraction and tool statistics (SPEC section 6), against hand-written rows."""
+"""ShareGPT conversion, reasoning extraction and tool statistics (README § Outputs), against hand-written rows."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def values(turns):
     return [(t["from"], t["value"]) for t in turns[1:]]
 
 
-# --- worked example (SPEC section 6, byte-exact) -------------------------------------------------
+# --- worked example (README § Outputs, byte-exact) -------------------------------------------------
 
 
 def test_worked_example_byte_exact():

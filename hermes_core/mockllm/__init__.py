@@ -8,7 +8,7 @@ directives in the first user message inject the faults real providers show:
 429 with Retry-After, 5xx, hangs (client timeouts), invalid JSON arguments,
 unknown tool names, missing reasoning, endless tool loops, length cuts and
 latency. Use it for tests and demos only; the agent talks to it through the
-same HTTP client code as to a real provider (SPEC section 11).
+same HTTP client code as to a real provider (README § The offline mock/ model).
 
 Examples:
     >>> import openai

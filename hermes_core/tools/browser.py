@@ -1,4 +1,4 @@
-"""Toolset ``browser``: the ten ``browser_*`` tools (TOOLS.md section 6) on a real headless Chromium.
+"""Toolset ``browser``: the ten ``browser_*`` tools (the Hermes agent's reference tools, docs/toolsets.md) on a real headless Chromium.
 
 Playwright drives the system's Chromium (:mod:`hermes_core.tools._browser_session`:
 one browser per process, one context per prompt, closed at the prompt's

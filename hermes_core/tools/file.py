@@ -1,6 +1,6 @@
 """Toolset ``file``: ``read_file``, ``write_file``, ``patch`` and ``search_files``.
 
-Schemas and result shapes follow TOOLS.md section 2 (``read_file`` lines as ``N|text``
+Schemas and result shapes follow the Hermes agent's reference tools (README § Tools) (``read_file`` lines as ``N|text``
 right-aligned to 6; ``patch`` with ``replace`` and V4A ``patch`` modes;
 ``search_files`` with ``target`` and ``output_mode``). Every access goes through
 ``ctx.env.read_file`` / ``write_file`` / ``execute``, so the tools work in any backend.

@@ -1,4 +1,4 @@
-"""Toolset ``image_gen``: ``image_generate`` (TOOLS.md section 5, earlier revision: prompt and aspect ratio).
+"""Toolset ``image_gen``: ``image_generate`` (the Hermes agent's reference tool, docs/toolsets.md; earlier revision: prompt and aspect ratio).
 
 Backends, chosen by ``settings.image_backend`` (``auto``: FAL when ``FAL_KEY`` is
 set, else an OpenAI-compatible images endpoint when ``image_base_url`` is set):

@@ -1,4 +1,4 @@
-"""Toolset ``moa``: ``mixture_of_agents`` (TOOLS.md section 7).
+"""Toolset ``moa``: ``mixture_of_agents`` (the Hermes agent's reference tools, docs/toolsets.md).
 
 Mixture-of-Agents (Wang et al. 2024, arXiv:2406.04692, one aggregation layer as
 in the reference): the reference models answer the prompt in parallel; the

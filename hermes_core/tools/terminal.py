@@ -1,6 +1,6 @@
 """Toolset ``terminal``: ``terminal`` (run a command) and ``process`` (manage background commands).
 
-Schemas and result shapes follow TOOLS.md section 1, revision
+Schemas and result shapes follow the Hermes agent's reference tools (README § Tools), revision
 ``terminal(command, background, timeout, workdir)`` and ``process``. Everything goes
 through ``ctx.env.execute``, so the same code serves every backend. Background
 commands run detached in their own session (``setsid``) with output in a log file

@@ -1,4 +1,4 @@
-"""Toolset ``vision``: ``vision_analyze`` (TOOLS.md section 4, earlier revision without ``region``).
+"""Toolset ``vision``: ``vision_analyze`` (the Hermes agent's reference tool, docs/toolsets.md; earlier revision without ``region``).
 
 The image is loaded here and sent inline as a ``data:`` URL to an
 OpenAI-compatible vision model (Chat Completions ``image_url`` content part):

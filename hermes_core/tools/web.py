@@ -1,4 +1,4 @@
-"""Toolset ``web``: ``web_search`` and ``web_extract`` (TOOLS.md section 3, later revision).
+"""Toolset ``web``: ``web_search`` and ``web_extract`` (the Hermes agent's reference tool, docs/toolsets.md; later revision).
 
 Backends: Firecrawl, Tavily or SearXNG (:mod:`hermes_core.tools._web_backends`),
 chosen by ``settings.web_backend``; the tools are offered only when one is
