@@ -35,10 +35,10 @@ class AgentCore:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         from flows.config import BatchConfig
         from flows.tuning import tune_garbage_collector
+        from hermes_core.dataset import read_dataset
+        from hermes_core.runfolder.run_info import iter_jobs
         from hermes_core.runner import run_prompt
         from hermes_core.settings import HermesSettings
-        from tasks.dataset import read_dataset
-        from tasks.run_setup import iter_jobs
 
         tune_garbage_collector()  # as the flow process tunes its own at its start
         config = BatchConfig.from_options(**spec["config"])

@@ -55,15 +55,15 @@ def _rss_now_mb() -> float:
 
 def _mark_prompt_phase_end() -> None:
     """Record the peak RSS reached when the merge starts: the peak of the prompt phase (bookkeeping only)."""
-    import flows.generate as generate
+    import tasks.merge as merge_module
 
-    inner = generate.merge_trajectories
+    inner = merge_module.merge_trajectories
 
     def merge_trajectories(*a, **kw):
         _FINAL.setdefault("peak_rss_prompt_phase_mb", _peak_mb())
         return inner(*a, **kw)
 
-    generate.merge_trajectories = merge_trajectories
+    merge_module.merge_trajectories = merge_trajectories
 
 
 def apply_patches(names: list[str]) -> None:
@@ -91,7 +91,7 @@ def apply_patches(names: list[str]) -> None:
     ``client.post``, malloc arenas; the garbage collector's freeze and thresholds) are gone; malloc arena counts are set with ``MALLOC_ARENA_MAX``
     in ``--child-env``.
     """
-    import flows.generate as generate
+    import flows.dispatch as dispatch
 
     if "switch1ms" in names:
         sys.setswitchinterval(0.001)
@@ -100,7 +100,7 @@ def apply_patches(names: list[str]) -> None:
 
         gc.set_threshold(701, 10, 10)
     if "ledger_nosync" in names:  # upper bound of what taking fsync off the dispatcher could give
-        import tasks.ledger as ledger_mod
+        import hermes_core.runfolder.ledger as ledger_mod
 
         def append_nosync(fh, obj):
             fh.write((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
@@ -127,7 +127,7 @@ def apply_patches(names: list[str]) -> None:
         from prefect.futures import PrefectConcurrentFuture
 
         import flows.progress as progress_mod
-        from tasks.ledger import RunLedger
+        from hermes_core.runfolder.ledger import RunLedger
 
         steps: dict[str, list[float]] = {}
 
@@ -194,9 +194,9 @@ def apply_patches(names: list[str]) -> None:
 
         prompt_mod.run_prompt = first_prompt_run
     if "pickle" in names:
-        generate.run_prompt_task = generate.run_prompt_task.with_options(result_serializer="pickle")
+        dispatch.run_prompt_task = dispatch.run_prompt_task.with_options(result_serializer="pickle")
     if "nocache" in names:
-        generate.run_prompt_task = generate.run_prompt_task.with_options(cache_result_in_memory=False)
+        dispatch.run_prompt_task = dispatch.run_prompt_task.with_options(cache_result_in_memory=False)
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ identity by occurrence). It is cached under ``$HERMES_BENCH_DIR/dataset-cache``.
 
 Measured, each in a fresh child process:
 
-* ``read``: :func:`tasks.dataset.read_dataset` + :func:`tasks.run_setup.prompt_ids` alone
+* ``read``: :func:`hermes_core.dataset.read_dataset` + :func:`hermes_core.runfolder.run_info.prompt_ids` alone
   (reading, validation, identity), wall seconds and peak RSS;
 * ``flow``: the real flow (bench/_flow_child.py, patch ``first_prompt``) against the mock model and
   a Prefect server, W workers: seconds from the flow call to the first prompt's start (reading,
@@ -70,8 +70,8 @@ def write_dataset(path: Path, n: int, seed: int = 5) -> dict[str, Any]:
 def child_read(dataset: str) -> None:
     """Child mode: read the dataset and compute its identities; print the figures."""
     t0 = time.perf_counter()
-    from tasks.dataset import read_dataset
-    from tasks.run_setup import prompt_ids
+    from hermes_core.dataset import read_dataset
+    from hermes_core.runfolder.run_info import prompt_ids
 
     ds = read_dataset(dataset)
     t_read = time.perf_counter() - t0

@@ -10,7 +10,7 @@ plus what the filters must handle: 0.5% rows naming a hallucinated tool, 0.5% du
 re-written by a later invocation, and tombstones of 2% more prompts in ``discarded.jsonl``.
 The folder is generated once into ``$HERMES_BENCH_DIR/postprocess-cache`` (not committed).
 
-Timed, in a fresh child process: ``tasks.postprocess.merge_trajectories`` (ordering,
+Timed, in a fresh child process: ``hermes_core.runfolder.postprocess.merge_trajectories`` (ordering,
 deduplication, hallucinated-tool filter) then ``compute_statistics``; peak RSS of that process
 (``ru_maxrss``; its RSS after imports and building ``index_of`` is given too).
 
@@ -169,8 +169,8 @@ def generate(folder: Path, rows: int, batch_size: int, median_kb: float, seed: i
 
 def child(folder: Path) -> None:
     """Child-process body: time merge + statistics on ``folder``; print the result line."""
+    from hermes_core.runfolder.postprocess import compute_statistics, merge_trajectories
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
-    from tasks.postprocess import compute_statistics, merge_trajectories
 
     index_of = json.loads((folder.parent / f"{folder.name}.index_of.json").read_text())
     for state in folder.glob(".merge-state.*"):  # a cached folder: time the whole merge, not its skip

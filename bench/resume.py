@@ -3,10 +3,10 @@
 The 10,000-prompt run folder is synthesised through the product's own code path: a real
 seed run of 20 prompts (the flow, against the mock model) gives real rows and cache records;
 every other prompt gets a copy of a seed row with its own identity (prompt_index, prompt_id,
-prompt text, source), written by :class:`tasks.ledger.RunLedger` (``record_row``, fsync per
+prompt text, source), written by :class:`hermes_core.runfolder.ledger.RunLedger` (``record_row``, fsync per
 row; ``record_failure``; ``write_checkpoint``), with ``run.json`` from
-``tasks.run_setup`` and ``trajectories.jsonl`` / ``statistics.json`` from
-``tasks.postprocess``, so every file is byte-for-byte what a real run writes. The 1% case has
+``hermes_core.runfolder.run_info`` and ``trajectories.jsonl`` / ``statistics.json`` from
+``hermes_core.runfolder.postprocess``, so every file is byte-for-byte what a real run writes. The 1% case has
 1% of the prompts with a failure line and no row (failed prompts are never cached).
 Above :data:`CACHE_RECORDS_UP_TO` prompts the synthesis leaves out the per-prompt cache records (a
 resume never reads them when the ledger says a prompt is finished, and 10^6 small files would
@@ -61,9 +61,9 @@ CACHE_RECORDS_UP_TO = 100_000
 
 IDENTITY_SOURCES = (
     "flows/config.py",
-    "tasks/dataset.py",
-    "tasks/ledger.py",
-    "tasks/run_setup.py",
+    "hermes_core/dataset.py",
+    "hermes_core/runfolder/ledger.py",
+    "hermes_core/runfolder/run_info.py",
     "hermes_core/runner.py",
     "hermes_core/trajectory.py",
 )
@@ -121,11 +121,10 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
     Returns counts per run folder name. Uses the product's ledger, run_setup and postprocess functions.
     """
     from flows.config import BatchConfig
-    from hermes_core.tools import ALL_POSSIBLE_TOOLS
-    from tasks.dataset import read_dataset
-    from tasks.ledger import RunLedger
-    from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
-    from tasks.run_setup import finish_invocation, iter_jobs, prompt_ids, start_invocation
+    from flows.report import finish_run
+    from hermes_core.dataset import read_dataset
+    from hermes_core.runfolder.ledger import RunLedger
+    from hermes_core.runfolder.run_info import iter_jobs, prompt_ids, start_invocation
 
     ds = read_dataset(dataset)
     cache_records = len(ds) <= CACHE_RECORDS_UP_TO
@@ -189,24 +188,17 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
     for run_dir, _missing, config, info, ledger, index_of, failed in open_runs:
         ledger.write_checkpoint()
         ledger.close()
-        merge = merge_trajectories(run_dir, index_of=index_of, valid_tools=ALL_POSSIBLE_TOOLS)
-        duration = time.monotonic() - t0
-        finish_invocation(info, duration_s=round(duration, 3), ran=len(index_of), failed=len(failed))
-        stats = compute_statistics(
-            run_dir,
-            merge=merge,
-            run_name=config.run_name,
-            distribution=config.distribution,
-            model=config.model,
-            batch_size=config.batch_size,
-            index_of=index_of,
-            duration_seconds=info.total_duration,
-            failed_prompt_ids=failed,
-            valid_tools=ALL_POSSIBLE_TOOLS,
+        stats = finish_run(
+            config,
+            info,
+            index_of,
+            failed,
+            started=t0,
+            facts={"ran": len(index_of), "failed": len(failed)},
+            in_flow=False,
         )
-        write_json_atomic(run_dir / "statistics.json", stats)
         size = sum(p.stat().st_size for p in run_dir.glob("batch_*.jsonl"))
-        counts[run_dir.name] = {"rows": merge.rows_written, "failed": len(failed), "batch_bytes": size}
+        counts[run_dir.name] = {"rows": stats["completed"], "failed": len(failed), "batch_bytes": size}
     return counts
 
 

@@ -2,8 +2,8 @@
 
 The run folder is synthesised as ``bench/resume.py`` does it (its ``seed_run`` and
 ``synthesise``: a real 20-prompt seed run through the flow against the mock model, then every
-other prompt a copy of a seed row with its own identity, written by ``tasks.ledger.RunLedger``,
-merged and counted by ``tasks.postprocess``), with 1% of the prompts failed (a failure line, no
+other prompt a copy of a seed row with its own identity, written by ``hermes_core.runfolder.ledger.RunLedger``,
+merged and counted by ``hermes_core.runfolder.postprocess``), with 1% of the prompts failed (a failure line, no
 row). ``os.fsync`` is a no-op while synthesising (the bytes are the same; only durability,
 irrelevant to a benchmark fixture, is lost), which cuts the build from ~100,000 fsyncs. The
 folder is cached under ``$HERMES_BENCH_DIR/viewer-cache``.

@@ -1,7 +1,7 @@
 """The run's spend cap (README § Run control, Budget): whether the next prompt, and the next model
 request, may start, and what to say when not.
 
-The spend is the whole run's, every invocation, from the ledger (:class:`tasks.spend.SpendTally`,
+The spend is the whole run's, every invocation, from the ledger (:class:`hermes_core.runfolder.spend.SpendTally`,
 kept current by the ledger as rows, tombstones and failures are written), and, between two
 ledger writes, the usage of every model request this process made (told by the model client
 through :mod:`hermes_core.spend_guard`). Cost is the provider-reported ``usage.cost``; tokens of
@@ -33,7 +33,10 @@ from typing import Any
 from hermes_core import cancel
 from hermes_core.client import Usage
 from hermes_core.exceptions import PromptCancelled
-from tasks.spend import Spend, SpendTally
+from hermes_core.runfolder.spend import Spend, SpendTally
+
+BUDGET_REACHED = "BudgetReached"
+"""Name of the Failed state of a flow run that reached its spend cap (the command line exits 3)."""
 
 
 def cost_source(config: Any) -> str | None:
@@ -274,4 +277,4 @@ def projection(spent: Spend, finished: int, total: int, price_in=None, price_out
     }
 
 
-__all__ = ["Budget", "cost_source", "projection"]
+__all__ = ["BUDGET_REACHED", "Budget", "cost_source", "projection"]

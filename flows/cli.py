@@ -22,7 +22,7 @@ saved, ``--resume`` continues).
 A stop ends the command line within :data:`flows.stopping.STOP_DEADLINE_SECONDS`, whatever its
 prompts are doing (:class:`flows.stopping.StopDeadline`).
 
-The invocation holds its run folder's lock (:class:`tasks.ledger.RunLock`) from the end of its
+The invocation holds its run folder's lock (:class:`hermes_core.runfolder.ledger.RunLock`) from the end of its
 checks to its exit, lent to its flow: a second invocation on the same run exits 2 at once. The
 local API it starts ends with it, however it ends (:mod:`flows.local_api`).
 """
@@ -194,7 +194,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     """Checks that need no Prefect and no model: dataset (records' ``cwd`` included), run folder rules, API key.
 
     Run before the local API starts and before any request: a dataset ``cwd`` the local sandbox
-    refuses (:func:`tasks.run_setup.refused_cwds`: ``/proc``, a home, the run or output folder...)
+    refuses (:func:`hermes_core.runfolder.run_info.refused_cwds`: ``/proc``, a home, the run or output folder...)
     is an error naming the file and each line.
 
     Returns:
@@ -203,11 +203,11 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     Raises:
         CliError: with the first problem found.
     """
+    from hermes_core.dataset import DatasetError, read_dataset
     from hermes_core.endpoints import require_key, resolve_backend, resolve_base_url
     from hermes_core.exceptions import ConfigError
+    from hermes_core.runfolder.run_info import RunStateError, check_run_dir, refused_cwds
     from hermes_core.settings import HermesSettings
-    from tasks.dataset import DatasetError, read_dataset
-    from tasks.run_setup import RunStateError, check_run_dir, refused_cwds
 
     settings = HermesSettings()
     try:
@@ -223,7 +223,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     for line, reason in dataset.invalid:
         print(f"warning: skipping line {line} of {config.dataset_file}: {reason}", file=sys.stderr)
     if config.run_dir.is_dir():  # run_batch takes the lock for real; this only fails before the checks below
-        from tasks.ledger import RunInUseError, RunLock
+        from hermes_core.runfolder.ledger import RunInUseError, RunLock
 
         try:
             with RunLock(config.run_dir):
@@ -281,8 +281,10 @@ def run_batch(argv: list[str]) -> int:
                 return _run_flow(config, heartbeats=api is None)
             finally:
                 if api is not None:
+                    from flows.prefect_adapter import drain_log_and_event_workers
+
                     try:
-                        _drain_prefect_workers()
+                        drain_log_and_event_workers()
                     finally:
                         api.stop()
 
@@ -297,7 +299,7 @@ def _hold_run_folder(run_dir: Any) -> typing.Iterator[None]:
     Raises:
         CliError: another invocation holds the folder.
     """
-    from tasks.ledger import RunInUseError, RunLock
+    from hermes_core.runfolder.ledger import RunInUseError, RunLock
 
     try:
         lock = RunLock(run_dir, lend=True).__enter__()
@@ -307,18 +309,6 @@ def _hold_run_folder(run_dir: Any) -> typing.Iterator[None]:
         yield
     finally:
         lock.__exit__(None, None, None)
-
-
-def _drain_prefect_workers(timeout: float = 5.0) -> None:
-    """Send Prefect's queued logs and events to the API before it stops (else they fail noisily at exit)."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    for worker in (APILogWorker, EventsWorker):
-        try:
-            worker.drain_all(timeout=timeout)
-        except Exception:  # noqa: BLE001 - best effort: the run's outputs are written already
-            pass
 
 
 def _run_flow(config: Any, heartbeats: bool = True) -> int:
@@ -331,6 +321,7 @@ def _run_flow(config: Any, heartbeats: bool = True) -> int:
         import logging
 
         logging.getLogger("hermes_core").setLevel(logging.DEBUG)
+    from flows.budget import BUDGET_REACHED
     from flows.console import LiveProgress, print_summary
     from flows.generate import generate_trajectories
     from flows.tuning import without_flow_heartbeats
@@ -348,8 +339,6 @@ def _run_flow(config: Any, heartbeats: bool = True) -> int:
     return 130 if state.is_cancelled() else 1
 
 
-BUDGET_REACHED = "BudgetReached"
-"""Name of the Failed state of a run that reached its spend cap."""
 EXIT_BUDGET = 3
 """Exit code of a run that reached its spend cap."""
 

@@ -107,7 +107,7 @@ def _check_port(host: str, port: int) -> int:
 def run_view(argv: list[str]) -> int:
     """``hermes-batch view``: build the index, then serve until Ctrl-C. Returns the exit code."""
     args = build_view_parser().parse_args(argv)
-    from tasks.run_index import RunIndexError
+    from flows.viewer.index import RunIndexError
 
     if args.dataset and not Path(args.dataset).is_file():
         raise CommandError(f"--dataset {args.dataset}: no such file")
@@ -115,8 +115,8 @@ def run_view(argv: list[str]) -> int:
     import uvicorn
 
     from flows.viewer.app import create_app
+    from flows.viewer.index import RunIndex
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
-    from tasks.run_index import RunIndex
 
     try:
         index = RunIndex.open(
@@ -144,7 +144,7 @@ def _default_output_dirs() -> list[Path]:
     """The default output folder (``output_dir``, ``data``) when it exists here and holds a run
     folder: ``--out`` may not be, hold or lie inside it (the exported run's parent always counts)."""
     from flows.config import BatchConfig
-    from tasks.export import is_run_folder
+    from flows.viewer.export import is_run_folder
 
     folder = Path(BatchConfig.model_fields["output_dir"].default)
     try:
@@ -157,8 +157,8 @@ def _default_output_dirs() -> list[Path]:
 def run_export(argv: list[str]) -> int:
     """``hermes-batch export``: write the dataset folder, optionally upload it. Returns the exit code."""
     args = build_export_parser().parse_args(argv)
+    from flows.viewer.export import ExportError, export_run
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
-    from tasks.export import ExportError, export_run
 
     try:
         result = export_run(
@@ -178,7 +178,7 @@ def run_export(argv: list[str]) -> int:
         f"{len(result.shards)} Parquet shards and README.md"
     )
     if args.push_to_hub:
-        from tasks.hub import HubError, push_folder
+        from flows.viewer.hub import HubError, push_folder
 
         try:
             url = push_folder(result.out_dir, args.push_to_hub)

@@ -260,6 +260,8 @@ def print_summary(config: Any, state: Any) -> None:
     Only statistics written by this flow run (``statistics.json``'s ``flow_run_id``) are shown; a
     stopped or crashed run prints its state's message instead.
     """
+    from flows.budget import BUDGET_REACHED
+
     out = Console()
     if state.is_cancelled():
         _console.print(f"[yellow]{state.message}[/yellow]", soft_wrap=True)
@@ -301,7 +303,7 @@ def print_summary(config: Any, state: Any) -> None:
             f"[yellow]{stats['failed']} prompts failed[/yellow]: see {config.run_dir / 'failures.jsonl'}; "
             "run again with --resume to retry only them."
         )
-    if state.name == "BudgetReached":
+    if state.name == BUDGET_REACHED:
         out.print(f"[yellow]{escape(state.message or '')}[/yellow]", soft_wrap=True)
     pilot_path = config.run_dir / "pilot.json"
     if getattr(config, "pilot", None) and pilot_path.exists():

@@ -27,8 +27,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tasks.ledger import BATCH_RE, row_prompt_id
-from tasks.spend import Spend
+from hermes_core.runfolder.ledger import BATCH_RE, row_prompt_id
+from hermes_core.runfolder.spend import Spend
 
 T = TypeVar("T")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from tasks.statistics import artifact_key
 
 LISTENERS: list[Callable[[RunProgress, str | None], None]] = []
 """Called (in the flow's thread) after every change with the progress and an event line or None:
@@ -88,11 +89,6 @@ class LatestOnly:
                     return
                 (seq, value), self._offered = self._offered, None
             self._send(seq, value)
-
-
-def artifact_key(run_name: str, suffix: str) -> str:
-    """A Prefect artifact key (lowercase letters, digits, dashes) for a run."""
-    return re.sub(r"[^a-z0-9-]+", "-", f"{run_name}-{suffix}".lower()).strip("-")
 
 
 @dataclass

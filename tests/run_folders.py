@@ -1,9 +1,9 @@
 """Small run folders for the viewer and export tests, written by the product's own code.
 
 Rows come from :func:`hermes_core.runner.build_row` over hand-written agent conversations; they
-are recorded with :class:`tasks.ledger.RunLedger` (rows, tombstones, failures, checkpoint),
-``run.json`` comes from :mod:`tasks.run_setup`, ``trajectories.jsonl`` and ``statistics.json``
-from :mod:`tasks.postprocess` - the same calls the flow makes, so the files cannot drift from
+are recorded with :class:`hermes_core.runfolder.ledger.RunLedger` (rows, tombstones, failures, checkpoint),
+``run.json`` comes from :mod:`hermes_core.runfolder.run_info`, ``trajectories.jsonl`` and ``statistics.json``
+from :mod:`hermes_core.runfolder.postprocess` - the same calls the flow makes, so the files cannot drift from
 what a real run writes.
 """
 
@@ -16,12 +16,12 @@ from typing import Any
 from flows.config import BatchConfig
 from hermes_core.agent import AgentResult
 from hermes_core.client import Usage
+from hermes_core.dataset import read_dataset
+from hermes_core.runfolder.ledger import RunLedger
+from hermes_core.runfolder.postprocess import compute_statistics, merge_trajectories, write_json_atomic
+from hermes_core.runfolder.run_info import finish_invocation, jobs_of, start_invocation
 from hermes_core.runner import build_row
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks.dataset import read_dataset
-from tasks.ledger import RunLedger
-from tasks.postprocess import compute_statistics, merge_trajectories, write_json_atomic
-from tasks.run_setup import finish_invocation, jobs_of, start_invocation
 
 XSS = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
 """A tool output that would run script if a page inserted it as HTML."""

@@ -410,8 +410,8 @@ def test_tool_call_arguments_sent_as_a_json_object_become_json_text():
 
 def test_toolset_draw_is_paired_across_models_and_turn_limits(mock_server, tmp_path):
     """A model comparison keeps every prompt's tools: the draw depends on (seed, record), not the settings."""
-    from tasks.dataset import read_dataset
-    from tasks.run_setup import jobs_of
+    from hermes_core.dataset import read_dataset
+    from hermes_core.runfolder.run_info import jobs_of
 
     dataset = tmp_path / "paired.jsonl"
     dataset.write_text("".join(json.dumps({"prompt": f"Paired prompt {i}"}) + "\n" for i in range(12)))

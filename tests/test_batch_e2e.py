@@ -319,7 +319,7 @@ def test_api_key_never_leaves_the_process(cli, mock_server):
 
 
 def test_a_second_invocation_on_a_run_in_use_refuses(cli, mock_server):
-    from tasks.ledger import RunLock
+    from hermes_core.runfolder.ledger import RunLock
 
     dataset = _write_dataset(cli.cwd / "lock.jsonl", ["lock prompt"])
     with RunLock(cli.cwd / "data" / "locked"):

@@ -356,7 +356,7 @@ def test_a_second_invocation_on_a_run_in_use_exits_2_and_the_first_goes_on(cli, 
 
 
 def test_the_command_lines_lock_is_lent_to_its_own_flow_only(tmp_path):
-    from tasks.ledger import RunInUseError, RunLock
+    from hermes_core.runfolder.ledger import RunInUseError, RunLock
 
     with RunLock(tmp_path, lend=True):
         with RunLock(tmp_path):  # the flow in the same process: granted
@@ -366,7 +366,7 @@ def test_the_command_lines_lock_is_lent_to_its_own_flow_only(tmp_path):
         with RunLock(tmp_path):  # returned, lent again
             pass
         code = (
-            "import sys; from pathlib import Path; from tasks.ledger import RunLock, RunInUseError\n"
+            "import sys; from pathlib import Path; from hermes_core.runfolder.ledger import RunLock, RunInUseError\n"
             f"try:\n    RunLock(Path({str(tmp_path)!r})).__enter__()\nexcept RunInUseError as e:\n"
             "    print(e); sys.exit(3)\n"
         )

@@ -71,7 +71,7 @@ def _worker_profiler_settings(monkeypatch, env: dict[str, str]) -> list:
     import dask
 
     from flows.config import BatchConfig
-    from flows.generate import prompt_task_runner
+    from flows.dispatch import prompt_task_runner
     from flows.tuning import local_dask_cluster_settings
 
     for name, value in env.items():

@@ -1,4 +1,4 @@
-"""Tests of tasks.dataset.read_dataset on small hand-written files."""
+"""Tests of hermes_core.dataset.read_dataset on small hand-written files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.dataset import DatasetError, PromptRecord, read_dataset
+from hermes_core.dataset import DatasetError, PromptRecord, read_dataset
 
 
 def _write(tmp_path: Path, data: bytes | str, name: str = "ds.jsonl") -> Path:
@@ -176,7 +176,7 @@ def test_path_with_glob_characters(tmp_path):
 
 def test_line_numbers_across_blocks(tmp_path, monkeypatch):
     # lines cut by the reader's block boundaries (blocks of 97 bytes), blank lines sprinkled in
-    monkeypatch.setattr("tasks.dataset._BLOCK_BYTES", 97)
+    monkeypatch.setattr("hermes_core.dataset._BLOCK_BYTES", 97)
     parts = []
     expected = []
     for i in range(10_000):
@@ -191,7 +191,7 @@ def test_line_numbers_across_blocks(tmp_path, monkeypatch):
 
 def test_records_stay_on_disk_and_are_read_when_used(tmp_path, monkeypatch):
     """The code path of a 10^6-record dataset at small scale: index entries only, records read back."""
-    monkeypatch.setattr("tasks.dataset._BLOCK_BYTES", 64)
+    monkeypatch.setattr("hermes_core.dataset._BLOCK_BYTES", 64)
     lines = [{"prompt": f"p{i} " + "x" * (i * 37 % 300), "n": i} for i in range(200)]
     lines[50] = {"prompt": "dup", "image": "alpine:3"}
     lines[120] = {"prompt": "dup", "image": "alpine:3"}
@@ -231,7 +231,7 @@ def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
     """Identities never depend on orjson: its form equals json's, else the exact path is taken."""
     import random
 
-    from tasks.dataset import _canonical, _fast_canonical
+    from hermes_core.dataset import _canonical, _fast_canonical
 
     rng = random.Random(3)
     alphabet = [

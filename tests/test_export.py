@@ -20,9 +20,9 @@ from live_app import serve
 from run_folders import LEAK, TERMINAL_TOOL, build_run
 
 from flows.cli import main
+from flows.viewer.export import MANIFEST, export_run
 from hermes_core import redaction
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks.export import MANIFEST, export_run
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ def test_forget_drops_a_recorded_prompts_bookkeeping_and_only_its(prefect_server
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from flows.generate import _forget
+    from flows.prefect_adapter import forget_task_run
     from hermes_core.runner import PromptOutcome
 
     @task(persist_result=False)
@@ -43,7 +43,7 @@ def test_forget_drops_a_recorded_prompts_bookkeeping_and_only_its(prefect_server
             first, second = runner.submit(outcome, {"i": 1}), runner.submit(outcome, {"i": 2})
             first.wait(), second.wait()
             before, other = kept(context, runner, first), kept(context, runner, second)
-            _forget(runner, first, first.state.result())
+            forget_task_run(runner, first, first.state.result())
             after = kept(context, runner, first), kept(context, runner, second)
             return {"before": before, "after": after[0], "other": (other, after[1])}
 
@@ -71,7 +71,7 @@ def test_memory_per_recorded_prompt_stays_flat(prefect_server):
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from flows.generate import _forget
+    from flows.prefect_adapter import forget_task_run
     from hermes_core.runner import PromptOutcome
 
     @task(persist_result=False)
@@ -88,7 +88,7 @@ def test_memory_per_recorded_prompt_stays_flat(prefect_server):
             for i in range(n):
                 future = runner.submit(outcome, {"i": i})
                 future.wait()
-                _forget(runner, future, future.state.result())
+                forget_task_run(runner, future, future.state.result())
                 if i + 1 in (1100, n):
                     traced.append(tracemalloc.get_traced_memory()[0])
         return traced
@@ -101,6 +101,6 @@ def test_memory_per_recorded_prompt_stays_flat(prefect_server):
             tracemalloc.stop()
         APILogWorker.drain_all(timeout=5)
     per_prompt = (at_2100 - at_1100) / 1000
-    # a kept 2 KB row plus Prefect's ~3 KB of bookkeeping per prompt (what _forget drops) would show
+    # a kept 2 KB row plus Prefect's ~3 KB of bookkeeping per prompt (what forget_task_run drops) would show
     # as ~5 KB; measured here 0.5-2.9 KB (allocator and logging noise vary from run to run)
     assert per_prompt < 4500, f"{per_prompt:.0f} bytes per recorded prompt"

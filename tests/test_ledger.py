@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tasks.ledger import INDEX_FILE, RunInUseError, RunLedger, RunLock
+from hermes_core.runfolder.ledger import INDEX_FILE, RunInUseError, RunLedger, RunLock
 
 
 def _row(pid: str, index: int) -> dict:
@@ -26,8 +26,10 @@ def _lines(path) -> list[dict]:
 
 
 def test_rows_go_to_planned_batches_and_checkpoint_follows(tmp_path, monkeypatch):
-    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 0.0)  # a checkpoint at every finished batch
-    monkeypatch.setattr("tasks.ledger.CHECKPOINT_COST_MULTIPLE", 0.0)
+    monkeypatch.setattr(
+        "hermes_core.runfolder.ledger.CHECKPOINT_INTERVAL", 0.0
+    )  # a checkpoint at every finished batch
+    monkeypatch.setattr("hermes_core.runfolder.ledger.CHECKPOINT_COST_MULTIPLE", 0.0)
     ledger = RunLedger.open(tmp_path, "r")
     index_of = {f"id{i}": i for i in range(5)}
     plan = ledger.plan([(i, f"id{i}") for i in range(5)], batch_size=2, index_of=index_of)
@@ -94,7 +96,7 @@ def test_prompt_id_inside_conversation_text_is_not_mistaken_for_a_row(tmp_path):
 def test_run_lock_refuses_a_second_process(tmp_path):
     with RunLock(tmp_path):
         code = (
-            "import sys; from pathlib import Path; from tasks.ledger import RunLock, RunInUseError\n"
+            "import sys; from pathlib import Path; from hermes_core.runfolder.ledger import RunLock, RunInUseError\n"
             f"try:\n    RunLock(Path({str(tmp_path)!r})).__enter__()\nexcept RunInUseError as e:\n"
             "    print(e); sys.exit(3)\n"
         )
@@ -132,8 +134,8 @@ def test_batches_of_a_killed_invocation_get_their_stats_back(tmp_path):
 def test_a_killed_invocation_counts_in_the_run_duration(tmp_path):
     import time as _time
 
-    from tasks.dataset import read_dataset
-    from tasks.run_setup import finish_invocation, start_invocation
+    from hermes_core.dataset import read_dataset
+    from hermes_core.runfolder.run_info import finish_invocation, start_invocation
 
     dataset_file = tmp_path / "d.jsonl"
     dataset_file.write_text('{"prompt": "a"}\n')
@@ -152,7 +154,7 @@ def test_a_killed_invocation_counts_in_the_run_duration(tmp_path):
 
 
 def test_checkpoint_is_written_at_most_every_interval_and_at_close(tmp_path, monkeypatch):
-    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 3600.0)
+    monkeypatch.setattr("hermes_core.runfolder.ledger.CHECKPOINT_INTERVAL", 3600.0)
     ledger = RunLedger.open(tmp_path, "r")
     ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=1, index_of={f"id{i}": i for i in range(4)})
     ledger.record_row("id0", _row("id0", 0))  # the first finished batch writes one
@@ -213,8 +215,10 @@ def test_reopen_reads_the_index_not_the_rows_and_rescans_a_changed_file(tmp_path
 
 def test_a_checkpoint_waits_a_multiple_of_its_own_write_time(tmp_path, monkeypatch):
     """However often batches finish, the checkpoint (O(run) to write) takes a bounded share of the time."""
-    monkeypatch.setattr("tasks.ledger.CHECKPOINT_INTERVAL", 0.0)
-    monkeypatch.setattr("tasks.ledger.CHECKPOINT_COST_MULTIPLE", 1e9)  # any write time: wait "forever"
+    monkeypatch.setattr("hermes_core.runfolder.ledger.CHECKPOINT_INTERVAL", 0.0)
+    monkeypatch.setattr(
+        "hermes_core.runfolder.ledger.CHECKPOINT_COST_MULTIPLE", 1e9
+    )  # any write time: wait "forever"
     ledger = RunLedger.open(tmp_path, "r")
     index_of = {f"id{i}": i for i in range(4)}
     ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=1, index_of=index_of)

@@ -1,4 +1,4 @@
-"""Tests of tasks.postprocess (merge + statistics) and tasks._files on hand-made run folders."""
+"""Tests of hermes_core.runfolder.postprocess (merge + statistics) and hermes_core.runfolder.files on hand-made run folders."""
 
 from __future__ import annotations
 
@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tasks._files import append_jsonl, repair_torn_tail
-from tasks.postprocess import MergeResult, compute_statistics, merge_trajectories, write_json_atomic
+from hermes_core.runfolder.files import append_jsonl, repair_torn_tail
+from hermes_core.runfolder.postprocess import (
+    MergeResult,
+    compute_statistics,
+    merge_trajectories,
+    write_json_atomic,
+)
 
 TOOLS = ["read_file", "terminal", "web_search"]
 
@@ -370,7 +375,7 @@ def test_append_jsonl_and_repair_torn_tail(tmp_path):
 
 def test_unchanged_merge_and_statistics_are_not_done_again(tmp_path, monkeypatch):
     """A resume of a finished run: same batch files, same dataset -> the merge and row sums are remembered."""
-    import tasks.postprocess as pp
+    import hermes_core.runfolder.postprocess as pp
 
     run = tmp_path / "run"
     _write(run, "batch_0.jsonl", _row(1, "b", usage={"prompt_tokens": 3}), _row(0, "a"))

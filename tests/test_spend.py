@@ -1,4 +1,4 @@
-"""The run's spend from its ledger (tasks.spend): spend.json is trusted only where it still matches the files."""
+"""The run's spend from its ledger (hermes_core.runfolder.spend): spend.json is trusted only where it still matches the files."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tasks.ledger import RunLedger
-from tasks.spend import Spend, SpendTally
+from hermes_core.runfolder.ledger import RunLedger
+from hermes_core.runfolder.spend import Spend, SpendTally
 
 
 def _usage(prompt: int, completion: int, cost: float | None) -> dict:

@@ -19,10 +19,10 @@ from live_app import serve
 from run_folders import DEFAULT_PLAN, build_run
 
 from flows.cli import main
+from flows.viewer import index as run_index
 from flows.viewer.app import CONTENT_SECURITY_POLICY, MAX_PAGE, create_app, viewer_hosts
+from flows.viewer.index import RunIndex
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks import run_index
-from tasks.run_index import RunIndex
 
 REPO = Path(__file__).resolve().parent.parent
 ROW_RE = re.compile(
@@ -279,7 +279,7 @@ def test_view_command_serves_the_run(run_dir, tmp_path):
 def test_run_summaries_print_the_view_command(run_dir, capsys):
     from flows.config import BatchConfig
     from flows.console import print_summary
-    from flows.generate import summary_markdown
+    from tasks.statistics import summary_markdown
 
     config = BatchConfig.from_options(
         dataset_file="prompts.jsonl", batch_size=2, run_name=run_dir.name, output_dir=str(run_dir.parent)

@@ -33,11 +33,11 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from flows.viewer.index import STATUS_LABELS, STATUSES, Filters, RunIndex
 from flows.viewer.render import pretty, row_facts, turn_views
 from hermes_core.redaction import redactor
+from hermes_core.runfolder.summary import read_summary
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tasks.run_index import STATUS_LABELS, STATUSES, Filters, RunIndex
-from tasks.run_summary import read_summary
 
 __all__ = ["CONTENT_SECURITY_POLICY", "MAX_PAGE", "create_app", "viewer_hosts"]
 
@@ -143,7 +143,7 @@ def create_app(
         allowed_hosts: more ``Host`` names to answer (see :func:`viewer_hosts`).
 
     Raises:
-        tasks.run_index.RunIndexError: ``run_dir`` is not a run folder.
+        flows.viewer.index.RunIndexError: ``run_dir`` is not a run folder.
     """
     run_dir = Path(run_dir)
     index = index or RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS, dataset=dataset)

@@ -30,9 +30,11 @@ the environment given (an allow-list, see :mod:`hermes_core.environments.sandbox
 from __future__ import annotations
 
 import array
+import atexit
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -705,8 +707,9 @@ def _received_fds(ancillary) -> list[int]:
 
 @functools.lru_cache(maxsize=1)
 def _resolv_file() -> str:
-    """A host file (made once per process) holding the outbound sandboxes' ``/etc/resolv.conf``."""
+    """A host file (made once per process, removed at its exit) holding the outbound sandboxes' ``/etc/resolv.conf``."""
     folder = tempfile.mkdtemp(prefix="hermes-resolv-")
+    atexit.register(shutil.rmtree, folder, True)
     path = os.path.join(folder, "resolv.conf")
     with open(path, "w") as fh:
         fh.write(resolv_conf())

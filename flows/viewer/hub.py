@@ -31,7 +31,7 @@ def push_folder(folder: Path, repo_id: str, *, commit_message: str | None = None
         raise HubError("HF_TOKEN is not set (a write token of the Hub account)")
     import httpx
 
-    from tasks.export import MANIFEST
+    from flows.viewer.export import MANIFEST
 
     try:
         from huggingface_hub import HfApi

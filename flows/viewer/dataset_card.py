@@ -3,7 +3,7 @@
 The front matter has ``license``, ``tags``, ``size_categories``, ``configs`` (one ``default``
 config whose ``train`` split is the Parquet shards) and ``dataset_info`` (the features and
 the row count), so ``datasets.load_dataset(DIR)`` reads the shards with the declared types.
-The body describes the run from run.json and statistics.json (:class:`tasks.run_summary.RunSummary`).
+The body describes the run from run.json and statistics.json (:class:`hermes_core.runfolder.summary.RunSummary`).
 The whole card passes the secret redaction.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from hermes_core.redaction import redactor
-from tasks.run_summary import RunSummary
+from hermes_core.runfolder.summary import RunSummary
 
 __all__ = ["render_card", "size_category"]
 
@@ -88,7 +88,7 @@ def render_card(
         include: ``kept`` or ``all``.
         rows: rows in the export.
         filtered_included: rows of hallucinated-tool samples in the export (``all`` only).
-        features: ``dataset_info.features`` (:func:`tasks.hf_schema.features_yaml`).
+        features: ``dataset_info.features`` (:func:`flows.viewer.hf_schema.features_yaml`).
         data_glob: the shards, relative to the card (e.g. ``data/train-*.parquet``).
         license: a license id; None gives ``other``.
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tasks._files import write_json_atomic
+from hermes_core.runfolder.files import write_json_atomic
 
 SPEND_FILE = "spend.json"
 _LEDGER_FILE_RE = re.compile(r"^(batch_\d+|discarded|failures|cancelled)\.jsonl$")

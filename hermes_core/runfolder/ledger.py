@@ -12,7 +12,7 @@ Files under ``data/<run_name>/``:
   lines stay as history.
 * ``cancelled.jsonl`` - what prompts cancelled mid-way (a stop, ``--on_budget=cancel``) had
   spent (``usage``); they stay pending.
-* ``spend.json`` - the usage of every line above, summed per file (:mod:`tasks.spend`), saved
+* ``spend.json`` - the usage of every line above, summed per file (:mod:`hermes_core.runfolder.spend`), saved
   with every checkpoint: the run's spend without re-reading the run.
 * ``checkpoint.json`` - ``{run_name, completed_prompts, batch_stats, last_updated}`` (in ``batch_stats``,
   ``skipped`` counts the failed prompts of a batch: the reference's key, kept for compatibility),
@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core.redaction import redact
+from hermes_core.runfolder.files import BATCH_RE, append_jsonl, repair_torn_tail, write_json_atomic
+from hermes_core.runfolder.spend import SpendTally
 from hermes_core.trajectory import timestamp_now
-from tasks._files import BATCH_RE, append_jsonl, repair_torn_tail, write_json_atomic
-from tasks.spend import SpendTally
 
 INDEX_FILE = ".ledger-index.jsonl"
 CHECKPOINT_INTERVAL = 5.0

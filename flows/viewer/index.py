@@ -35,15 +35,15 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from tasks._files import (  # the merge's own file reading
+from hermes_core.dataset import DatasetError, read_dataset
+from hermes_core.runfolder.files import (  # the merge's own file reading
     atomic_writer,
     iter_raw_lines,
     loads_object,
     write_json_atomic,
 )
-from tasks.dataset import DatasetError, read_dataset
-from tasks.postprocess import batch_files
-from tasks.run_setup import prompt_identity, read_run_info
+from hermes_core.runfolder.postprocess import batch_files
+from hermes_core.runfolder.run_info import prompt_identity, read_run_info
 
 __all__ = [
     "STATUSES",

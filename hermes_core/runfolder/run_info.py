@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hermes_core.dataset import Dataset, PromptRecord
+from hermes_core.runfolder.files import write_json_atomic
+from hermes_core.runfolder.ledger import BATCH_RE, now_iso
 from hermes_core.runner import PromptJob
-from tasks._files import write_json_atomic
-from tasks.dataset import Dataset, PromptRecord
-from tasks.ledger import BATCH_RE, now_iso
 
 RUN_FILE = "run.json"
 

@@ -3,10 +3,10 @@
 ``export_run(run_dir, out_dir)`` streams the rows twice with bounded memory:
 
 1. every row (``trajectories.jsonl``; with ``include="all"`` also the hallucinated-tool rows of
-   the batch files, found through :class:`tasks.run_index.RunIndex`) is redacted
+   the batch files, found through :class:`flows.viewer.index.RunIndex`) is redacted
    (:func:`hermes_core.redaction.redactor`), converted (``messages`` format:
    :func:`hermes_core.sharegpt_parse.to_chat_messages`) and appended to a temp NDJSON file
-   while the schema is inferred chunk by chunk (:mod:`tasks.hf_schema`);
+   while the schema is inferred chunk by chunk (:mod:`flows.viewer.hf_schema`);
 2. the temp file is cut into shards of ~``shard_bytes`` of JSON, each read by polars with the
    one merged schema and written as ``data/train-XXXXX-of-YYYYY.parquet``.
 
@@ -27,7 +27,7 @@ What ``out_dir`` may be, and what ``overwrite`` deletes (nothing that an export 
 
 Every refusal is an :class:`ExportError` raised before anything is written or deleted.
 
-The card (:mod:`tasks.dataset_card`) declares the features, so ``datasets.load_dataset(out_dir)``
+The card (:mod:`flows.viewer.dataset_card`) declares the features, so ``datasets.load_dataset(out_dir)``
 gives the same columns and types as ``load_dataset("json", data_files=trajectories.jsonl)``
 (``metadata.timestamp`` is stored as text and declared ``timestamp[s]``, as the JSON loader
 reads it; empty objects are stored as JSON text and declared ``json``).
@@ -46,16 +46,22 @@ from typing import Any
 
 import polars as pl
 
+from flows.viewer.dataset_card import render_card
+from flows.viewer.hf_schema import features_yaml, finalise, force_json, merge_dtypes
+from flows.viewer.index import RunIndex
 from hermes_core.environments.workdir import home_folders
 from hermes_core.redaction import redactor
+from hermes_core.runfolder.files import (
+    atomic_writer,
+    iter_raw_lines,
+    line_chunks,
+    loads_object,
+    write_json_atomic,
+)
+from hermes_core.runfolder.ledger import INDEX_FILE
+from hermes_core.runfolder.run_info import RUN_FILE
+from hermes_core.runfolder.summary import RunSummary, read_summary
 from hermes_core.sharegpt_parse import TurnFormatError, to_chat_messages
-from tasks._files import atomic_writer, iter_raw_lines, line_chunks, loads_object, write_json_atomic
-from tasks.dataset_card import render_card
-from tasks.hf_schema import features_yaml, finalise, force_json, merge_dtypes
-from tasks.ledger import INDEX_FILE
-from tasks.run_index import RunIndex
-from tasks.run_setup import RUN_FILE
-from tasks.run_summary import RunSummary, read_summary
 
 __all__ = [
     "FORMATS",

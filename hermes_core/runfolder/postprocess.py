@@ -27,7 +27,14 @@ from typing import IO, Any, NamedTuple
 
 import polars as pl
 
-from tasks._files import BATCH_RE, atomic_writer, iter_raw_lines, line_chunks, loads_object, write_json_atomic
+from hermes_core.runfolder.files import (
+    BATCH_RE,
+    atomic_writer,
+    iter_raw_lines,
+    line_chunks,
+    loads_object,
+    write_json_atomic,
+)
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
+from hermes_core.dataset import Dataset
 from hermes_core.environments import container_image
 from hermes_core.environments.docker_engine import check_images, reap_run_containers
+from hermes_core.runfolder.ledger import RunLedger
 from hermes_core.settings import HermesSettings
-from tasks.dataset import Dataset
-from tasks.ledger import RunLedger
 
 CONTAINER_BACKENDS = frozenset({"docker"})
 """Backends whose images are checked before the run (singularity and modal fetch images themselves)."""
@@ -50,7 +50,13 @@ def prepare_sandboxes_task(run_id: str, images: list[str], backend: str) -> dict
 
 
 def prepare_sandboxes(
-    run_id: str, pending: list[int], dataset: Dataset, ids: list[str], backend: str, ledger: RunLedger
+    run_id: str,
+    pending: list[int],
+    dataset: Dataset,
+    ids: list[str],
+    backend: str,
+    ledger: RunLedger,
+    settings: HermesSettings,
 ) -> tuple[list[int], list[dict]]:
     """Flow step: run :func:`prepare_sandboxes_task`, fail the prompts whose image is unavailable.
 
@@ -58,6 +64,7 @@ def prepare_sandboxes(
         pending: prompt_index of each prompt to run.
         dataset: the run's dataset (the records' images are in its index: no record is read).
         ids: prompt_id of every record, by prompt_index.
+        settings: the run's settings (the default image).
 
     Each such prompt gets a ``failures.jsonl`` line (error type ``ImageUnavailable``, the
     message naming the image, ``attempts`` 0: nothing was sent to the model).
@@ -68,7 +75,6 @@ def prepare_sandboxes(
     Raises:
         EngineUnavailable: the Docker engine cannot be reached (the run must not start).
     """
-    settings = HermesSettings()
     images = (
         sorted({image_of(dataset.image(i), settings) for i in pending})
         if backend in CONTAINER_BACKENDS

@@ -1,0 +1,87 @@
+"""The end of a run: merge, close the invocation, statistics; and the live run-wide figures.
+
+:func:`finish_run` is the one sequence that turns a run folder's ledger into its outputs. The
+flow calls it with Prefect tasks (``merge-trajectories``, ``compute-statistics``);
+``bench/resume.py`` calls it without Prefect (``in_flow=False``: the tasks' plain functions).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prefect.utilities.annotations import quote
+
+from flows.budget import Budget, projection
+from flows.config import BatchConfig
+from hermes_core.runfolder.run_info import RunInfo, finish_invocation
+from tasks.merge import merge_task
+from tasks.statistics import statistics_task
+
+
+def finish_run(
+    config: BatchConfig,
+    info: RunInfo,
+    index_of: Mapping[str, int],
+    failed_ids: list[str],
+    *,
+    started: float,
+    facts: Mapping[str, Any],
+    run_control: dict[str, Any] | None = None,
+    in_flow: bool = True,
+) -> dict[str, Any]:
+    """Merge the batch files, record the invocation's end in run.json, write statistics.json.
+
+    Args:
+        config: the run's options.
+        info: run.json as this invocation opened it.
+        index_of: prompt_id -> prompt_index of the current dataset.
+        failed_ids: prompt_ids that failed in this invocation.
+        started: ``time.monotonic()`` when this invocation started (its duration ends after the merge).
+        facts: counts recorded with the invocation (``ran``, ``failed``, ``budget_reached``).
+        run_control: extra statistics keys (``budget``, ``concurrency``).
+        in_flow: run the merge and the statistics as Prefect tasks (inside a flow run); False
+            calls their functions directly (no Prefect API needed).
+
+    Returns:
+        The statistics (what statistics.json holds).
+    """
+    if in_flow:
+        # quote: Prefect would walk every entry of index_of looking for futures, twice per task
+        # call (~14 s at 10^6 prompts, bench/ANALYSIS.md)
+        merge = merge_task(config.run_dir, quote(index_of))
+    else:
+        merge = merge_task.fn(config.run_dir, index_of)
+    finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
+    statistics = statistics_task if in_flow else statistics_task.fn
+    indexes = quote(index_of) if in_flow else index_of
+    return statistics(config, merge, indexes, info.total_duration, failed_ids, run_control)
+
+
+def run_meter(config: BatchConfig, budget: Budget, limiter, total: int):
+    """The run-wide figures of the live progress, as a function (O(1) per call).
+
+    Returns:
+        A function returning ``{run_tokens, run_cost, projected_tokens, projected_cost,
+        max_cost_usd, max_total_tokens, limit, rate_limited}`` (spend over every invocation, its
+        projection to ``total`` prompts, the caps, the request limiter's state or None).
+    """
+
+    def figures() -> dict[str, Any]:
+        spent = budget.spent
+        projected = projection(
+            spent, spent.records, total, config.price_per_mtok_in, config.price_per_mtok_out
+        )
+        return {
+            "run_tokens": spent.total_tokens,
+            "run_cost": budget.cost,
+            "projected_tokens": projected["tokens"],
+            "projected_cost": projected["cost_usd"],
+            "max_cost_usd": config.max_cost_usd,
+            "max_total_tokens": config.max_total_tokens,
+            "limit": limiter.limit if limiter else None,
+            "rate_limited": limiter.rate_limited if limiter else None,
+        }
+
+    return figures
