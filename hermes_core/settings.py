@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 TerminalBackend = Literal["local", "docker", "singularity", "modal"]
@@ -24,6 +24,17 @@ _BOOLEAN_WORDS = {"true": "outbound", "1": "outbound", "yes": "outbound", "on": 
     "no": "none",
     "off": "none",
 }
+
+
+def _split_commas(value: Any) -> Any:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]`` (a list is kept as it is)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_commas)]
+"""A list setting written in the environment as comma-separated values (not JSON)."""
 
 
 class _Area(BaseSettings):
@@ -173,14 +184,14 @@ class SandboxSettings(_Area):
         "behave the same; the native one starts with about 14 ms less CPU per prompt.",
     )
 
-    sandbox_allow_networks: Annotated[list[str], NoDecode] = Field(
+    sandbox_allow_networks: CommaList = Field(
         default_factory=list,
         validation_alias=AliasChoices("sandbox_allow_networks", "HERMES_SANDBOX_ALLOW_NETWORKS"),
         description="Comma-separated IPv4 networks (CIDR, e.g. 10.20.0.0/16) that outbound sandboxes may "
         "reach although they are private, link-local or this machine's own addresses.",
     )
 
-    cwd_roots: Annotated[list[str], NoDecode] = Field(
+    cwd_roots: CommaList = Field(
         default_factory=list,
         validation_alias=AliasChoices("cwd_roots", "HERMES_CWD_ROOTS"),
         description="Comma-separated host folders under which a dataset record's absolute cwd may lie "
@@ -195,7 +206,7 @@ class SandboxSettings(_Area):
         description="Largest absolute cwd (MB of files) the local backend copies into a prompt's folder.",
     )
 
-    sandbox_env: Annotated[list[str], NoDecode] = Field(
+    sandbox_env: CommaList = Field(
         default_factory=list,
         validation_alias=AliasChoices("sandbox_env", "HERMES_SANDBOX_ENV"),
         description="Comma-separated names of host environment variables passed into every sandbox "
@@ -209,13 +220,6 @@ class SandboxSettings(_Area):
         validation_alias=AliasChoices("modal_app_name", "HERMES_MODAL_APP"),
         description="Modal app that owns the sandboxes of the modal backend (created if missing).",
     )
-
-    @field_validator("sandbox_env", "sandbox_allow_networks", "cwd_roots", mode="before")
-    @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @field_validator("sandbox_network", mode="before")
     @classmethod
@@ -434,7 +438,7 @@ class VisionSettings(_Area):
 class MoaSettings(_Area):
     """The moa toolset (mixture_of_agents)."""
 
-    moa_reference_models: Annotated[list[str], NoDecode] = Field(
+    moa_reference_models: CommaList = Field(
         default_factory=list,
         validation_alias=AliasChoices("moa_reference_models", "HERMES_MOA_REFERENCE_MODELS"),
         description="Reference model ids, comma-separated; empty = the run's own model.",
@@ -464,13 +468,6 @@ class MoaSettings(_Area):
         validation_alias=AliasChoices("moa_timeout", "HERMES_MOA_TIMEOUT"),
         description="Timeout of one MoA model request, seconds.",
     )
-
-    @field_validator("moa_reference_models", mode="before")
-    @classmethod
-    def _comma_list(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
 
 class BrowserSettings(_Area):
