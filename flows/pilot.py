@@ -27,7 +27,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hermes_core.runfolder.ledger import BATCH_RE, row_prompt_id
+from hermes_core.runfolder.folder import BATCH_RE, RunFolder
+from hermes_core.runfolder.ledger import row_prompt_id
 from hermes_core.runfolder.spend import Spend
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ def report(config: Any, drawn: Collection[str], run_dir: Path, *, total_prompts:
     failures), so a pilot that was resumed reports every drawn prompt that finished.
     """
     wanted = set(drawn)  # the drawn prompts' ids
+    folder = RunFolder(run_dir)
     rows: dict[str, dict] = {}
     for path in sorted(p for p in Path(run_dir).iterdir() if BATCH_RE.match(p.name)):
         with open(path, "rb") as fh:
@@ -67,8 +69,8 @@ def report(config: Any, drawn: Collection[str], run_dir: Path, *, total_prompts:
                 pid = row_prompt_id(line)  # found without parsing; only the drawn rows are parsed
                 if pid in wanted and pid not in rows:
                     rows[pid] = json.loads(line)
-    tombs = {t["prompt_id"]: t for t in _jsonl(run_dir / "discarded.jsonl") if t.get("prompt_id") in wanted}
-    fails = {f["prompt_id"]: f for f in _jsonl(run_dir / "failures.jsonl") if f.get("prompt_id") in wanted}
+    tombs = {t["prompt_id"]: t for t in _jsonl(folder.discarded) if t.get("prompt_id") in wanted}
+    fails = {f["prompt_id"]: f for f in _jsonl(folder.failures) if f.get("prompt_id") in wanted}
     fails = {pid: f for pid, f in fails.items() if pid not in rows and pid not in tombs}
     usages = [r["metadata"].get("usage") for r in rows.values()] + [t.get("usage") for t in tombs.values()]
     usages += [f.get("usage") for f in fails.values()]

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from hermes_core.runfolder.ledger import INDEX_FILE, RunInUseError, RunLedger, RunLock
+from hermes_core.runfolder.folder import LEDGER_INDEX_FILE as INDEX_FILE
+from hermes_core.runfolder.ledger import RunInUseError, RunLedger, RunLock
 
 
 def _row(pid: str, index: int) -> dict:

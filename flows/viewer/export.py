@@ -58,8 +58,7 @@ from hermes_core.runfolder.files import (
     loads_object,
     write_json_atomic,
 )
-from hermes_core.runfolder.ledger import INDEX_FILE
-from hermes_core.runfolder.run_info import RUN_FILE
+from hermes_core.runfolder.folder import CHECKPOINT_FILE, LEDGER_INDEX_FILE, RUN_FILE, RunFolder
 from hermes_core.runfolder.summary import RunSummary, read_summary
 from hermes_core.sharegpt_parse import TurnFormatError, to_chat_messages
 
@@ -87,7 +86,7 @@ _EXPORT_NAMES = re.compile(
     r"README\.md|\.export-rows\.jsonl|data/train-\d{5}-of-\d{5}\.parquet|data/\.part-\d{5}\.parquet"
 )
 _EXPORT_FOLDERS = ("data",)
-_RUN_MARKERS = (RUN_FILE, "checkpoint.json", INDEX_FILE)
+_RUN_MARKERS = (RUN_FILE, CHECKPOINT_FILE, LEDGER_INDEX_FILE)
 _SCAN_LIMIT = 10_000  # entries looked at when searching --out for run folders
 _SHOWN = 8  # names listed in a refusal
 
@@ -430,14 +429,14 @@ def export_run(
     if include not in INCLUDES:
         raise ExportError(f"--include {include}: expected one of {', '.join(INCLUDES)}")
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    merged = run_dir / "trajectories.jsonl"
+    merged = RunFolder(run_dir).trajectories
     if not merged.is_file():
         raise ExportError(
             f"{merged}: not found (the run has not been merged yet: let it finish or --resume it)"
         )
     try:
         summary = read_summary(run_dir)
-        info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        info = json.loads(RunFolder(run_dir).run_json.read_text(encoding="utf-8"))
     except FileNotFoundError:
         info = {}
     except ValueError as exc:
@@ -466,7 +465,7 @@ def _write(
     shard_bytes: int,
 ) -> ExportResult:
     """The body of :func:`export_run` once ``out_dir`` is ready: rows, shards, card, final manifest."""
-    merged = run_dir / "trajectories.jsonl"
+    merged = RunFolder(run_dir).trajectories
     sources = [_kept_rows(merged)]
     if include == "all":
         sources.append(_filtered_rows(run_dir, valid_tools))

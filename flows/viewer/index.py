@@ -42,6 +42,13 @@ from hermes_core.runfolder.files import (  # the merge's own file reading
     loads_object,
     write_json_atomic,
 )
+from hermes_core.runfolder.folder import (
+    DISCARDED_FILE,
+    FAILURES_FILE,
+    VIEW_INDEX_FILE,
+    VIEW_INDEX_META_FILE,
+    RunFolder,
+)
 from hermes_core.runfolder.postprocess import batch_files
 from hermes_core.runfolder.run_info import prompt_identity, read_run_info
 
@@ -54,8 +61,6 @@ __all__ = [
 ]
 
 INDEX_VERSION = 1
-INDEX_FILE = ".view-index.parquet"
-META_FILE = ".view-index.json"
 HEAD_CHARS = 120
 REFRESH_SECONDS = 1.0
 
@@ -192,7 +197,7 @@ class RunIndex:
         run_dir = Path(run_dir)
         if not run_dir.is_dir():
             raise RunIndexError(f"{run_dir}: not a folder")
-        if not (run_dir / "run.json").is_file():
+        if not RunFolder(run_dir).run_json.is_file():
             raise RunIndexError(f"{run_dir}: no run.json (not a hermes-batch run folder)")
         index = cls(run_dir, dataset, valid_tools)
         index.refresh(force=True)
@@ -207,7 +212,8 @@ class RunIndex:
 
     def _inputs(self) -> list[Path]:
         files = [*batch_files(self.run_dir)]
-        files += [self.run_dir / n for n in ("discarded.jsonl", "failures.jsonl", "run.json")]
+        folder = RunFolder(self.run_dir)
+        files += [folder.discarded, folder.failures, folder.run_json]
         dataset = self._dataset_path()
         if dataset is not None:
             files.append(dataset)
@@ -245,11 +251,11 @@ class RunIndex:
             return True
 
     def _cache_paths(self) -> tuple[Path, Path]:
-        return self._cache_dir / INDEX_FILE, self._cache_dir / META_FILE
+        return self._cache_dir / VIEW_INDEX_FILE, self._cache_dir / VIEW_INDEX_META_FILE
 
     def _load_cache(self, signature: dict[str, list[int]]) -> bool:
         for folder in (self.run_dir, self._fallback_dir()):
-            table_path, meta_path = folder / INDEX_FILE, folder / META_FILE
+            table_path, meta_path = folder / VIEW_INDEX_FILE, folder / VIEW_INDEX_META_FILE
             try:
                 meta = json.loads(meta_path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
@@ -330,9 +336,9 @@ class RunIndex:
         for folder in (self.run_dir, self._fallback_dir()):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                with atomic_writer(folder / INDEX_FILE) as fh:
+                with atomic_writer(folder / VIEW_INDEX_FILE) as fh:
                     full.write_parquet(fh)
-                write_json_atomic(folder / META_FILE, meta)
+                write_json_atomic(folder / VIEW_INDEX_META_FILE, meta)
             except OSError:
                 continue
             self._cache_dir = folder
@@ -387,7 +393,7 @@ class RunIndex:
     def _scan_tombstones(self) -> dict[str, tuple[int, int, int]]:
         """prompt_id -> (prompt_index, offset, length) of its first tombstone."""
         found: dict[str, tuple[int, int, int]] = {}
-        for tomb, offset, length in self._scan_jsonl("discarded.jsonl"):
+        for tomb, offset, length in self._scan_jsonl(DISCARDED_FILE):
             index = tomb.get("prompt_index")
             found.setdefault(tomb["prompt_id"], (index if isinstance(index, int) else -1, offset, length))
         return found
@@ -395,7 +401,7 @@ class RunIndex:
     def _scan_failures(self) -> dict[str, list[tuple[int, int, int]]]:
         """prompt_id -> [(prompt_index, offset, length)] of every failure line, oldest first."""
         found: dict[str, list[tuple[int, int, int]]] = {}
-        for line, offset, length in self._scan_jsonl("failures.jsonl"):
+        for line, offset, length in self._scan_jsonl(FAILURES_FILE):
             index = line.get("prompt_index")
             found.setdefault(line["prompt_id"], []).append(
                 (index if isinstance(index, int) else -1, offset, length)
@@ -504,12 +510,12 @@ class RunIndex:
         """The discard tombstone of an entry, or None."""
         if entry.get("tomb_offset") is None:
             return None
-        return self._read("discarded.jsonl", entry["tomb_offset"], entry["tomb_length"])
+        return self._read(DISCARDED_FILE, entry["tomb_offset"], entry["tomb_length"])
 
     def failures(self, entry: dict[str, Any]) -> list[dict[str, Any]]:
         """Every failure line of an entry, oldest first."""
         return [
-            self._read("failures.jsonl", offset, length)
+            self._read(FAILURES_FILE, offset, length)
             for offset, length in zip(
                 entry.get("fail_offsets") or [], entry.get("fail_lengths") or [], strict=True
             )

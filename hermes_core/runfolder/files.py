@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import IO, Any
 from hermes_core.redaction import clean_for_storage
 
 __all__ = [
-    "BATCH_RE",
     "append_jsonl",
     "atomic_writer",
     "iter_raw_lines",
@@ -29,9 +27,6 @@ __all__ = [
     "repair_torn_tail",
     "write_json_atomic",
 ]
-
-BATCH_RE = re.compile(r"^batch_(\d+)\.jsonl$")
-"""Names of a run's batch files, ``batch_<n>.jsonl`` (group 1: n)."""
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)

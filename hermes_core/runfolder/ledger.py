@@ -44,11 +44,19 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core.redaction import redact
-from hermes_core.runfolder.files import BATCH_RE, append_jsonl, repair_torn_tail, write_json_atomic
+from hermes_core.runfolder.files import append_jsonl, repair_torn_tail, write_json_atomic
+from hermes_core.runfolder.folder import (
+    BATCH_RE,
+    CANCELLED_FILE,
+    DISCARDED_FILE,
+    FAILURES_FILE,
+    LEDGER_FILES,
+    RunFolder,
+    batch_name,
+)
 from hermes_core.runfolder.spend import SpendTally
 from hermes_core.trajectory import timestamp_now
 
-INDEX_FILE = ".ledger-index.jsonl"
 CHECKPOINT_INTERVAL = 5.0
 """Least seconds between two checkpoint writes while prompts run (the last one is written at close)."""
 CHECKPOINT_COST_MULTIPLE = 20.0
@@ -86,7 +94,7 @@ class RunLock:
     """
 
     def __init__(self, run_dir: Path, *, lend: bool = False):
-        self.path = Path(run_dir) / ".lock"
+        self.path = RunFolder(run_dir).lock
         self.lend = lend
         self._fh = None
         self._borrowed: Path | None = None
@@ -178,7 +186,8 @@ class RunLedger:
         ledger = cls(run_dir=run_dir, run_name=run_name)
         highest = -1
         rows_in: dict[int, int] = {}
-        indexed = _read_index(run_dir / INDEX_FILE)
+        folder = RunFolder(run_dir)
+        indexed = _read_index(folder.ledger_index)
         for path in sorted(run_dir.iterdir()):
             match = BATCH_RE.match(path.name)
             if not match:
@@ -195,14 +204,14 @@ class RunLedger:
                 ledger.rows.setdefault(found, number)
             if ids:
                 rows_in[number] = len(ids)
-        for name in ("discarded.jsonl", "failures.jsonl", "cancelled.jsonl"):
+        for name in LEDGER_FILES:
             ledger.torn_bytes += repair_torn_tail(run_dir / name)
         discards_in: dict[int, int] = {}
-        for tomb in _read_jsonl(run_dir / "discarded.jsonl"):
+        for tomb in _read_jsonl(folder.discarded):
             ledger.discarded.add(tomb["prompt_id"])
             if tomb.get("batch_num") is not None:
                 discards_in[tomb["batch_num"]] = discards_in.get(tomb["batch_num"], 0) + 1
-        checkpoint = _read_json(run_dir / "checkpoint.json") or {}
+        checkpoint = _read_json(folder.checkpoint) or {}
         ledger.batch_stats = dict(checkpoint.get("batch_stats", {}))
         # batches of a killed invocation never reached the checkpoint: count what they wrote
         for number in sorted(set(rows_in) | set(discards_in)):
@@ -255,7 +264,7 @@ class RunLedger:
         number = self._assigned[prompt_id]
         row["metadata"]["batch_num"] = number
         size = append_jsonl(self._handle(number), row)
-        self._spent(f"batch_{number}.jsonl", row["metadata"].get("usage"), size)
+        self._spent(batch_name(number), row["metadata"].get("usage"), size)
         self._written.setdefault(number, []).append(prompt_id)
         self.rows[prompt_id] = number
         self._resolve(prompt_id, "processed")
@@ -266,7 +275,7 @@ class RunLedger:
         if prompt_id in self.rows or prompt_id in self.discarded:
             return False
         tombstone = {"prompt_id": prompt_id, **tombstone, "batch_num": self._assigned.get(prompt_id)}
-        self._append("discarded.jsonl", {**tombstone, "time": now_iso()}, tombstone.get("usage"))
+        self._append(DISCARDED_FILE, {**tombstone, "time": now_iso()}, tombstone.get("usage"))
         self.discarded.add(prompt_id)
         self._resolve(prompt_id, "discarded_no_reasoning")
         return True
@@ -296,7 +305,7 @@ class RunLedger:
             or {"prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cost": None},
             "time": now_iso(),
         }
-        self._append("failures.jsonl", line, line["usage"])
+        self._append(FAILURES_FILE, line, line["usage"])
         self._resolve(prompt_id, "failed")
         return line
 
@@ -307,7 +316,7 @@ class RunLedger:
         ):
             return
         self._append(
-            "cancelled.jsonl",
+            CANCELLED_FILE,
             {"prompt_id": prompt_id, "prompt_index": prompt_index, "usage": usage, "time": now_iso()},
             usage,
         )
@@ -320,7 +329,7 @@ class RunLedger:
         finished = self.finished
         completed = sorted(idx for pid, idx in self._index_of.items() if pid in finished)
         write_json_atomic(
-            self.run_dir / "checkpoint.json",
+            RunFolder(self.run_dir).checkpoint,
             {
                 "run_name": self.run_name,
                 "completed_prompts": completed,
@@ -348,7 +357,7 @@ class RunLedger:
         """Append the index line of a closed batch file (no fsync: a lost line only means a rescan)."""
         size, mtime_ns = _signature(path)
         line = {"file": path.name, "size": size, "mtime_ns": mtime_ns, "ids": ids}
-        with open(self.run_dir / INDEX_FILE, "ab") as fh:
+        with open(RunFolder(self.run_dir).ledger_index, "ab") as fh:
             fh.write((json.dumps(line) + "\n").encode())
 
     def _resolve(self, prompt_id: str, counter: str) -> None:
@@ -380,7 +389,7 @@ class RunLedger:
 
     def _handle(self, number: int):
         if number not in self._handles:
-            self._handles[number] = open(self.run_dir / f"batch_{number}.jsonl", "ab")
+            self._handles[number] = open(RunFolder(self.run_dir).batch(number), "ab")
         return self._handles[number]
 
     def _append(self, name: str, obj: dict[str, Any], usage: dict[str, Any] | None) -> None:

@@ -28,13 +28,13 @@ from typing import IO, Any, NamedTuple
 import polars as pl
 
 from hermes_core.runfolder.files import (
-    BATCH_RE,
     atomic_writer,
     iter_raw_lines,
     line_chunks,
     loads_object,
     write_json_atomic,
 )
+from hermes_core.runfolder.folder import TRAJECTORIES_FILE, RunFolder, merge_state_name
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
 
@@ -81,12 +81,7 @@ class _Entry(NamedTuple):
 
 def batch_files(run_dir: Path) -> list[Path]:
     """``batch_<n>.jsonl`` files of ``run_dir``, sorted by n (numerically)."""
-    found = []
-    for path in Path(run_dir).iterdir():
-        match = BATCH_RE.match(path.name)
-        if match and path.is_file():
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+    return RunFolder(run_dir).batch_files()
 
 
 def merge_trajectories(
@@ -94,7 +89,7 @@ def merge_trajectories(
     *,
     index_of: Mapping[str, int] | None,
     valid_tools: Collection[str],
-    out_name: str = "trajectories.jsonl",
+    out_name: str = TRAJECTORIES_FILE,
 ) -> MergeResult:
     """Merge ``run_dir/batch_*.jsonl`` into ``run_dir/<out_name>``, ordered by prompt_index.
 
@@ -212,7 +207,7 @@ def _merge_inputs(files: list[Path], index_of: Mapping[str, int] | None, tools: 
 
 
 def _state_path(out_path: Path) -> Path:
-    return out_path.with_name(f".merge-state.{out_path.name}.json")
+    return out_path.with_name(merge_state_name(out_path.name))
 
 
 def _read_state(out_path: Path) -> dict[str, Any]:
@@ -273,7 +268,7 @@ def compute_statistics(
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
     sums = _cached_row_sums(Path(merge.path), tools)
-    tomb = _tombstone_sums(run_dir / "discarded.jsonl", index_of)
+    tomb = _tombstone_sums(RunFolder(run_dir).discarded, index_of)
 
     tool_statistics = {}
     for tool in tools:

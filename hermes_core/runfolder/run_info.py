@@ -19,10 +19,9 @@ from typing import Any
 
 from hermes_core.dataset import Dataset, PromptRecord
 from hermes_core.runfolder.files import write_json_atomic
-from hermes_core.runfolder.ledger import BATCH_RE, now_iso
+from hermes_core.runfolder.folder import BATCH_RE, RunFolder
+from hermes_core.runfolder.ledger import now_iso
 from hermes_core.runner import PromptJob
-
-RUN_FILE = "run.json"
 
 
 class RunStateError(ValueError):
@@ -84,10 +83,9 @@ def has_outputs(run_dir: Path) -> bool:
     """True when the folder holds a run (run.json, a batch file, a checkpoint or trajectories)."""
     if not run_dir.is_dir():
         return False
-    return any(
-        p.name in {RUN_FILE, "checkpoint.json", "trajectories.jsonl"} or BATCH_RE.match(p.name)
-        for p in run_dir.iterdir()
-    )
+    folder = RunFolder(run_dir)
+    markers = {folder.run_json.name, folder.checkpoint.name, folder.trajectories.name}
+    return any(p.name in markers or BATCH_RE.match(p.name) for p in run_dir.iterdir())
 
 
 KEPT_AS_DIGEST = ("ephemeral_system_prompt", "prefill_messages")
@@ -152,8 +150,9 @@ def clear_run_dir(run_dir: Path) -> None:
     """Delete every output of a run (batch files, ledger, cache), keeping the folder and its lock."""
     if not run_dir.is_dir():
         return
+    folder = RunFolder(run_dir)
     for path in run_dir.iterdir():
-        if path.name == ".lock":
+        if path.name == folder.lock.name:
             continue
         if path.is_dir():
             shutil.rmtree(path)
@@ -163,7 +162,7 @@ def clear_run_dir(run_dir: Path) -> None:
 
 def read_run_info(run_dir: Path) -> RunInfo | None:
     """``run.json`` of a run folder, or None."""
-    path = run_dir / RUN_FILE
+    path = RunFolder(run_dir).run_json
     if not path.exists():
         return None
     return RunInfo(path, json.loads(path.read_text(encoding="utf-8")))
@@ -192,8 +191,9 @@ def start_invocation(
         dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset)},
     )
     data["invocations"].append({"started_at": now_iso(), "flow_run_id": flow_run_id})
-    write_json_atomic(run_dir / RUN_FILE, data)
-    return RunInfo(run_dir / RUN_FILE, data)
+    path = RunFolder(run_dir).run_json
+    write_json_atomic(path, data)
+    return RunInfo(path, data)
 
 
 def _close_killed_invocations(run_dir: Path, invocations: list[dict[str, Any]]) -> None:
@@ -219,8 +219,8 @@ def last_activity(run_dir: Path, start: datetime, stop: datetime | None) -> date
     for path in run_dir.iterdir():
         if BATCH_RE.match(path.name):
             times.append(datetime.fromtimestamp(path.stat().st_mtime, UTC).replace(tzinfo=None))
-    for name in ("discarded.jsonl", "failures.jsonl"):
-        path = run_dir / name
+    folder = RunFolder(run_dir)
+    for path in (folder.discarded, folder.failures):
         if path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 try:

@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from hermes_core.runfolder.files import write_json_atomic
-
-SPEND_FILE = "spend.json"
-_LEDGER_FILE_RE = re.compile(r"^(batch_\d+|discarded|failures|cancelled)\.jsonl$")
+from hermes_core.runfolder.folder import RunFolder, is_ledger_file
 
 
 @dataclass
@@ -116,10 +113,10 @@ class SpendTally:
         tally = cls(run_dir)
         saved: dict[str, Any] = {}
         try:
-            saved = json.loads((tally.run_dir / SPEND_FILE).read_text(encoding="utf-8")).get("files", {})
+            saved = json.loads(RunFolder(tally.run_dir).spend.read_text(encoding="utf-8")).get("files", {})
         except (OSError, ValueError, AttributeError):
             saved = {}
-        names = sorted(p.name for p in tally.run_dir.iterdir() if _LEDGER_FILE_RE.match(p.name))
+        names = sorted(p.name for p in tally.run_dir.iterdir() if is_ledger_file(p.name))
         for name in names:
             size = os.path.getsize(tally.run_dir / name)
             entry = saved.get(name) if isinstance(saved.get(name), dict) else None
@@ -156,7 +153,7 @@ class SpendTally:
         files = {
             name: {"size": self._sizes[name], **asdict(spend)} for name, spend in sorted(self._files.items())
         }
-        write_json_atomic(self.run_dir / SPEND_FILE, {"version": 1, "files": files}, indent=None)
+        write_json_atomic(RunFolder(self.run_dir).spend, {"version": 1, "files": files}, indent=None)
 
 
 def _parse(path: Path, offset: int) -> Spend:
@@ -183,4 +180,4 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
-__all__ = ["SPEND_FILE", "Spend", "SpendTally"]
+__all__ = ["Spend", "SpendTally"]

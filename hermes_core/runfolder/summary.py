@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core.redaction import CREDENTIAL_NAME, redactor
+from hermes_core.runfolder.folder import RunFolder
 
 __all__ = ["RunSummary", "read_summary"]
 
@@ -74,8 +75,9 @@ def read_summary(run_dir: Path) -> RunSummary:
         ValueError: run.json or statistics.json exists but is not valid JSON (the message names it).
     """
     run_dir = Path(run_dir)
-    info = _read_json(run_dir / "run.json") or {}
-    stats = _read_json(run_dir / "statistics.json")
+    folder = RunFolder(run_dir)
+    info = _read_json(folder.run_json) or {}
+    stats = _read_json(folder.statistics)
     scrub = redactor().redact_obj
     return RunSummary(
         run_name=str(info.get("run_name") or run_dir.name),
