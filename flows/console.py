@@ -32,6 +32,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from flows.progress import LISTENERS, RunProgress, meter_text
+from hermes_core.runfolder.folder import RunFolder
 
 _console = Console(stderr=True)
 
@@ -266,7 +267,8 @@ def print_summary(config: Any, state: Any) -> None:
     if state.is_cancelled():
         _console.print(f"[yellow]{state.message}[/yellow]", soft_wrap=True)
         return
-    stats_path = config.run_dir / "statistics.json"
+    folder = RunFolder(config.run_dir)
+    stats_path = folder.statistics
     stats: dict[str, Any] = json.loads(stats_path.read_text(encoding="utf-8")) if stats_path.exists() else {}
     if stats.get("flow_run_id") != str(state.state_details.flow_run_id):  # absent, or an older invocation's
         out.print(f"[red]the run ended before writing its statistics:[/red] {state.message}")
@@ -296,16 +298,16 @@ def print_summary(config: Any, state: Any) -> None:
         f"Tokens: {tokens['total']} · cost: {'n/a' if cost is None else f'${cost:.4f}'} · "
         f"duration: {stats['duration_seconds']} s"
     )
-    out.print(f"Output: {config.run_dir / 'trajectories.jsonl'} (statistics: {stats_path})")
+    out.print(f"Output: {folder.trajectories} (statistics: {stats_path})")
     out.print(f"View it: hermes-batch view {config.run_dir}")
     if stats["failed"]:
         out.print(
-            f"[yellow]{stats['failed']} prompts failed[/yellow]: see {config.run_dir / 'failures.jsonl'}; "
+            f"[yellow]{stats['failed']} prompts failed[/yellow]: see {folder.failures}; "
             "run again with --resume to retry only them."
         )
     if state.name == BUDGET_REACHED:
         out.print(f"[yellow]{escape(state.message or '')}[/yellow]", soft_wrap=True)
-    pilot_path = config.run_dir / "pilot.json"
+    pilot_path = folder.pilot
     if getattr(config, "pilot", None) and pilot_path.exists():
         from flows.pilot import summary_line
 

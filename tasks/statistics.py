@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.postprocess import MergeResult, compute_statistics, write_json_atomic
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 
@@ -68,7 +68,7 @@ def statistics_task(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
     )
     stats.update(run_control or {})
-    write_json_atomic(Path(config.run_dir) / "statistics.json", stats)
+    write_json_atomic(RunFolder(config.run_dir).statistics, stats)
     return stats
 
 
@@ -141,7 +141,7 @@ def summary_markdown(config, stats: dict[str, Any]) -> str:
         f"| tokens | {tokens['prompt']} prompt, {tokens['completion']} completion, {tokens['reasoning']} reasoning |",
         f"| cost | {'n/a' if cost is None else f'${cost:.4f}'} |",
         f"| duration | {stats['duration_seconds']} s |",
-        f"| output | `{Path(config.run_dir) / 'trajectories.jsonl'}` |",
+        f"| output | `{RunFolder(config.run_dir).trajectories}` |",
         *_left_out(stats.get("merge") or {}),
         f"| view it | `hermes-batch view {config.run_dir}` |",
     ]
