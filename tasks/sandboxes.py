@@ -25,8 +25,16 @@ def image_of(image: str | None, settings: HermesSettings) -> str:
 
 
 @task(name="prepare-sandboxes", persist_result=False)
-def prepare_sandboxes_task(run_id: str, images: list[str], backend: str) -> dict[str, str]:
+def prepare_sandboxes_task(
+    run_id: str, images: list[str], backend: str, settings: HermesSettings
+) -> dict[str, str]:
     """Reap the run's leftover containers (labelled with the run folder's id) and check ``images``.
+
+    Args:
+        run_id: the run folder's identity (the containers' label).
+        images: the distinct images the pending prompts use.
+        backend: the sandbox backend's name (only container backends are prepared).
+        settings: the run's settings (pull policy and timeout).
 
     Returns:
         ``{image: reason}`` for images that cannot be used (their prompts must fail); empty
@@ -38,7 +46,6 @@ def prepare_sandboxes_task(run_id: str, images: list[str], backend: str) -> dict
     if backend not in CONTAINER_BACKENDS:
         return {}
     logger = get_run_logger()
-    settings = HermesSettings()
     removed = reap_run_containers(run_id)
     if removed:
         logger.warning("removed %d container(s) left by an earlier invocation of this run", len(removed))
@@ -80,7 +87,7 @@ def prepare_sandboxes(
         if backend in CONTAINER_BACKENDS
         else []
     )
-    problems = prepare_sandboxes_task(run_id, images, backend)
+    problems = prepare_sandboxes_task(run_id, images, backend, settings)
     if not problems:
         return pending, []
     runnable, failed = [], []
