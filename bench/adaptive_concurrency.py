@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hermes_core.mockllm import MockServer  # noqa: E402
+from hermes_core.runfolder.folder import RunFolder  # noqa: E402
 
 
 def run(mode: bool, args: argparse.Namespace, work: Path) -> dict:
@@ -57,7 +58,7 @@ def run(mode: bool, args: argparse.Namespace, work: Path) -> dict:
     served = sum(1 for line in lines if line["status"] == 200)
     refused = sum(1 for line in lines if line["status"] == 429)
     window = times[-1] - times[0]
-    traj = work / "data" / f"bench-{mode}" / "trajectories.jsonl"
+    traj = RunFolder(work / "data" / f"bench-{mode}").trajectories
     completed = len(traj.read_text().splitlines()) if traj.exists() else 0
     ideal = args.limit / (args.latency_ms / 1000)
     return {

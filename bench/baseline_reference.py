@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hermes_core import ModelOptions, PromptJob, RunSpec, run_prompt  # noqa: E402
+from hermes_core.runfolder.folder import RunFolder  # noqa: E402
 from hermes_core.settings import HermesSettings  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def process_batch(args: tuple[int, list[dict[str, Any]], str, dict[str, Any]]) -
     spec = RunSpec.model_validate(spec_data)
     settings = HermesSettings()
     processed = failed = 0
-    path = Path(out_dir) / f"batch_{batch_num}.jsonl"
+    path = RunFolder(out_dir).batch(batch_num)
     for data in jobs:
         try:
             outcome = run_prompt(PromptJob.model_validate(data), spec, settings)

@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import WORK, emit, log, peak_rss_mb, run_child, save_json  # noqa: E402
 
+from hermes_core.runfolder.folder import MERGE_STATE_PREFIX, RunFolder  # noqa: E402
+
 GENERATOR_VERSION = 1
 _LS_LINE = "-rw-r--r-- 1 root root {size:>6} Nov 29 12:{m:02d} {name}\n"
 
@@ -119,16 +121,16 @@ def generate(folder: Path, rows: int, batch_size: int, median_kb: float, seed: i
     for start in range(0, rows, batch_size):
         members = order[start : start + batch_size]
         rng.shuffle(members)  # rows land in completion order
-        with open(folder / f"batch_{nbatch}.jsonl", "wb") as fh:
+        with open(RunFolder(folder).batch(nbatch), "wb") as fh:
             for i in members:
                 fh.write(make_row(i, nbatch))
         nbatch += 1
-    with open(folder / f"batch_{nbatch}.jsonl", "wb") as fh:  # a later invocation re-wrote some rows
+    with open(RunFolder(folder).batch(nbatch), "wb") as fh:  # a later invocation re-wrote some rows
         for i in duplicated:
             fh.write(make_row(i, nbatch))
     nbatch += 1
     discarded = rows // 50
-    with open(folder / "discarded.jsonl", "wb") as fh:
+    with open(RunFolder(folder).discarded, "wb") as fh:
         for k in range(discarded):
             tomb = {
                 "prompt_id": hashlib.sha256(f"discarded-{k}".encode()).hexdigest()[:32],
@@ -173,7 +175,7 @@ def child(folder: Path) -> None:
     from hermes_core.tools import ALL_POSSIBLE_TOOLS
 
     index_of = json.loads((folder.parent / f"{folder.name}.index_of.json").read_text())
-    for state in folder.glob(".merge-state.*"):  # a cached folder: time the whole merge, not its skip
+    for state in folder.glob(f"{MERGE_STATE_PREFIX}*"):  # a cached folder: time the whole merge, not its skip
         state.unlink()
     rss_before = peak_rss_mb()
     t0 = time.perf_counter()
@@ -230,13 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         info_path.unlink(missing_ok=True)
         save_json(info_path, generate(folder, args.rows, args.batch_size, args.median_kb))
     info = json.loads(info_path.read_text())
-    (folder / "trajectories.jsonl").unlink(missing_ok=True)
+    merged = RunFolder(folder).trajectories
+    merged.unlink(missing_ok=True)
     log("merge + statistics in a child process")
     result = run_child(["bench/postprocess.py", "--child", str(folder)], {}, WORK / "postprocess.log")
     r = result.result
-    out_mb = (folder / "trajectories.jsonl").stat().st_size / 2**20
+    out_mb = merged.stat().st_size / 2**20
     figures = {"data": info, "result": r, "merged_mb": round(out_mb, 1)}
-    (folder / "trajectories.jsonl").unlink(missing_ok=True)
+    merged.unlink(missing_ok=True)
     kb = info["row_kb"]
     print(
         f"{info['rows']} rows in {info['batch_files']} batch files, {info['bytes'] / 2**30:.2f} GB "

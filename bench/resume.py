@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import REPO, WORK, MockModel, PrefectServer, log, run_child, save_json, write_prompts  # noqa: E402
 
 from flows.tuning import PREFECT_SERVER_SETTINGS  # noqa: E402
+from hermes_core.runfolder.folder import BATCH_RE, TRAJECTORIES_FILE, RunFolder  # noqa: E402
 
 MODEL = "mock/scripted?latency_ms=1000&turns=2"
 DIST = "terminal_only"
@@ -129,10 +130,10 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
     ds = read_dataset(dataset)
     cache_records = len(ds) <= CACHE_RECORDS_UP_TO
     templates = []
-    for path in sorted(seed_dir.glob("batch_*.jsonl")):
+    for path in RunFolder(seed_dir).batch_files():
         templates += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     templates.sort(key=lambda r: r["prompt_index"])
-    seed_cache = sorted((seed_dir / ".prefect-results").glob("hermes-prompt-*"))
+    seed_cache = sorted(RunFolder(seed_dir).results.glob("hermes-prompt-*"))
     t0 = time.monotonic()
     open_runs = []
     for run_dir, missing in runs.items():
@@ -147,7 +148,7 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
             model=MODEL,
             distribution=DIST,
         )
-        (run_dir / ".prefect-results").mkdir()
+        RunFolder(run_dir).results.mkdir()
         info = start_invocation(
             run_dir, config.run_name, config.defining_settings(), config.settings_hash(), ds, "synthesised"
         )
@@ -181,7 +182,7 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
                 ledger.record_row(job.prompt_id, copy.copy(row) | {"metadata": dict(row["metadata"])})
                 if cache_records:  # one cache record per finished prompt, as a real run leaves (never read)
                     src = seed_cache[job.prompt_index % len(seed_cache)]
-                    shutil.copyfile(src, run_dir / ".prefect-results" / f"hermes-prompt-{job.prompt_id}")
+                    shutil.copyfile(src, RunFolder(run_dir).results / f"hermes-prompt-{job.prompt_id}")
     finally:
         os.fsync = real_fsync
     counts = {}
@@ -197,7 +198,7 @@ def synthesise(runs: dict[Path, set[int]], dataset: Path, seed_dir: Path) -> dic
             facts={"ran": len(index_of), "failed": len(failed)},
             in_flow=False,
         )
-        size = sum(p.stat().st_size for p in run_dir.glob("batch_*.jsonl"))
+        size = sum(p.stat().st_size for p in RunFolder(run_dir).batch_files())
         counts[run_dir.name] = {"rows": stats["completed"], "failed": len(failed), "batch_bytes": size}
     return counts
 
@@ -207,7 +208,7 @@ def _copy_run(cached: Path, run_dir: Path) -> None:
 
     def link_or_copy(src: str, dst: str) -> None:
         name = os.path.basename(src)
-        if name.startswith("batch_") or name == "trajectories.jsonl":
+        if BATCH_RE.match(name) or name == TRAJECTORIES_FILE:
             os.link(src, dst)
         else:
             shutil.copy2(src, dst)
@@ -264,9 +265,10 @@ def timed_resume(
                     proc.send_signal(signal.SIGTERM)
             time.sleep(0.05)
     wall = time.perf_counter() - t0
-    run_info = json.loads((run_dir / "run.json").read_text())
+    folder = RunFolder(run_dir)
+    run_info = json.loads(folder.run_json.read_text())
     last = run_info["invocations"][-1]
-    stats = json.loads((run_dir / "statistics.json").read_text())
+    stats = json.loads(folder.statistics.read_text())
     return {
         "exit_code": proc.returncode,
         "cli_wall_s": round(wall, 2),

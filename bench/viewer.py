@@ -38,6 +38,8 @@ import httpx  # noqa: E402
 from _common import REPO, WORK, MockModel, PrefectServer, free_port, log, save_json, write_prompts  # noqa: E402
 from resume import SERVER_ENV, code_fingerprint, seed_run, synthesise  # noqa: E402
 
+from hermes_core.runfolder.folder import RunFolder  # noqa: E402
+
 
 def pages(n: int) -> dict[str, str]:
     """The timed pages: name -> path."""
@@ -81,7 +83,7 @@ def build(n: int) -> Path:
         counts = synthesise(run_dir, dataset, seed, failed)
     finally:
         os.fsync = real_fsync
-    shutil.rmtree(run_dir / ".prefect-results", ignore_errors=True)  # the viewer never reads the cache
+    shutil.rmtree(RunFolder(run_dir).results, ignore_errors=True)  # the viewer never reads the cache
     save_json(
         marker, {**counts, "failed_indices": sorted(failed), "build_s": round(time.monotonic() - t0, 1)}
     )
@@ -128,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run_dir = build(args.n)
     ready = json.loads((run_dir.parent / "ready.json").read_text())
-    size_mb = sum(f.stat().st_size for f in run_dir.glob("batch_*.jsonl")) / 2**20
-    for cached in run_dir.glob(".view-index.*"):
-        cached.unlink()
+    folder = RunFolder(run_dir)
+    size_mb = sum(f.stat().st_size for f in folder.batch_files()) / 2**20
+    for cached in (folder.view_index, folder.view_index_meta):
+        cached.unlink(missing_ok=True)
     port = free_port()
     figures: dict[str, Any] = {"n": args.n, "batch_mb": round(size_mb, 1), "failed": ready["failed"]}
 
