@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     built = re.search(r"index of (\d+) prompts built in ([\d.]+) s", err)
     figures["index_build_s"] = float(built.group(2)) if built else None
     figures["cold_start_s"] = round(cold, 2)
-    figures["index_mb"] = round((run_dir / ".view-index.parquet").stat().st_size / 2**20, 1)
+    figures["index_mb"] = round(folder.view_index.stat().st_size / 2**20, 1)
 
     log("warm start (cached index)")
     proc, warm = start_viewer(run_dir, port)
