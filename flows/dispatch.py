@@ -26,7 +26,8 @@ from flows.prefect_adapter import forget_task_run
 from flows.progress import RunProgress
 from flows.stopping import RunStop
 from flows.tuning import local_dask_cluster_settings
-from hermes_core.exceptions import PromptCancelled
+from hermes_core.exceptions import HermesError, PromptCancelled
+from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger
 from hermes_core.runner import PromptJob, PromptOutcome
 from tasks.prompt import retry_condition, run_prompt_task, settle_failed_usage
@@ -45,7 +46,7 @@ def result_storage(config: BatchConfig) -> Path | str:
     value = config.result_storage
     if value and value.startswith("block:"):
         return value.removeprefix("block:")
-    return Path(value or config.run_dir / ".prefect-results").resolve()
+    return Path(value or RunFolder(config.run_dir).results).resolve()
 
 
 def prompt_task_runner(config: BatchConfig):
@@ -181,17 +182,19 @@ def record_outcome(
         progress.record("completed" if kept else "discarded", outcome.usage)
         return outcome
     exc = state.result(raise_on_failure=False)
+    # the prompt task ends every failure with a HermesError (its usage and attempts set); anything
+    # else is a state without our exception (e.g. a crash): its type is the state's, nothing known spent
+    failure = exc if isinstance(exc, HermesError) else None
+    usage = failure.usage.as_dict() if failure is not None and failure.usage is not None else None
     if isinstance(exc, PromptCancelled) or state.is_cancelled():
-        ledger.record_cancelled(job.prompt_id, job.prompt_index, getattr(exc, "usage", None))
+        ledger.record_cancelled(job.prompt_id, job.prompt_index, usage)
         return None
-    error_type = (
-        getattr(exc, "error_type", None) or type(exc).__name__
-        if isinstance(exc, BaseException)
-        else state.type.value
-    )
+    if failure is not None:
+        error_type = failure.error_type
+    else:
+        error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
     message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
-    attempts = getattr(exc, "attempts", None) or 1
-    usage = getattr(exc, "usage", None)
+    attempts = failure.attempts if failure is not None else 1
     failed.append(
         ledger.record_failure(
             job.prompt_id, job.prompt_index, error_type, message, attempts=attempts, usage=usage

@@ -112,9 +112,9 @@ class Agent:
         """Run the loop on ``prompt`` from a fresh conversation.
 
         Raises:
-            ModelError, PromptTimeout, SandboxError: the prompt failed; the exception carries
-                ``usage`` (the :meth:`Usage.as_dict` of the calls made before it), so that what a
-                failed prompt spent is recorded.
+            ModelError, PromptTimeout, SandboxError: the prompt failed. What it spent until then
+                is :attr:`usage` (``ctx.usage``): :func:`hermes_core.runner.run_prompt` puts it on
+                the error it raises.
         """
         started = time.monotonic()
         self.messages = [{"role": "user", "content": prompt}]
@@ -126,9 +126,6 @@ class Agent:
                 pass
         except AgentStop as stop:
             completed, partial, reason = stop.completed, stop.partial, type(stop).__name__
-        except Exception as exc:
-            exc.usage = self.usage.as_dict()
-            raise
         return AgentResult(
             messages=self.messages,
             tools=self._schemas,

@@ -139,6 +139,19 @@ class Usage:
         }
 
     @classmethod
+    def from_dict(cls, usage: Any) -> Usage:
+        """Read a stored usage (``{prompt_tokens, completion_tokens, reasoning_tokens, cost}``, the
+        :meth:`as_dict` form that rows and ledger lines carry); None or malformed: nothing spent."""
+        data = usage if isinstance(usage, dict) else {}
+        cost = data.get("cost")
+        return cls(
+            prompt_tokens=_count(data.get("prompt_tokens")),
+            completion_tokens=_count(data.get("completion_tokens")),
+            reasoning_tokens=_count(data.get("reasoning_tokens")),
+            cost=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
+        )
+
+    @classmethod
     def from_api(cls, usage: Any) -> Usage:
         """Read a response's ``usage`` (JSON dict or SDK ``CompletionUsage``; ``cost`` and reasoning tokens when present)."""
         if usage is None:
@@ -153,6 +166,14 @@ class Usage:
             reasoning_tokens=int(details.get("reasoning_tokens") or 0),
             cost=float(cost) if isinstance(cost, int | float) else None,
         )
+
+
+def _count(value: Any) -> int:
+    """A token count read from stored JSON: an int, or 0 for anything else (null, text, a float's floor)."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 @dataclass

@@ -16,14 +16,35 @@ error tool result (``{"error": ...}``) and counts in ``tool_error_counts``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hermes_core.client import Usage
+
 
 class HermesError(Exception):
-    """Root of every error raised by hermes_core.
+    """Root of every error raised by hermes_core, and the one type a failed prompt ends with.
 
     Its text arguments pass the process's secret redaction when it is made
     (:mod:`hermes_core.redaction`): a provider message that echoes the API key can reach the
     console, a log, a Prefect state or the result store only as ``[REDACTED]``.
+
+    A prompt that fails ends with a HermesError whatever went wrong: an exception of another
+    library is turned into an :class:`UnexpectedError` by
+    :func:`hermes_core.redaction.scrub_exception` (``run_prompt`` and the prompt task do it).
+    The error then carries what the ledger records of the failure (``failures.jsonl``,
+    ``cancelled.jsonl``: README § Outputs).
+
+    Attributes:
+        usage: what the prompt spent before this error ended it (tokens, cost in USD): set by
+            :func:`hermes_core.runner.run_prompt` and summed over the failed attempts by the
+            prompt task; None when nothing is known (the error came before any model call).
+        attempts: the attempts of the prompt that ran, this one included (1 = the first); set by
+            the prompt task.
     """
+
+    usage: Usage | None = None
+    attempts: int = 1
 
     def __init__(self, *args: object):
         if args:
@@ -32,17 +53,50 @@ class HermesError(Exception):
             args = tuple(redact(valid_text(a)) if isinstance(a, str) else a for a in args)
         super().__init__(*args)
 
+    @property
+    def error_type(self) -> str:
+        """The name ``failures.jsonl`` records as ``error_type``: the class name."""
+        return type(self).__name__
+
 
 class UnexpectedError(HermesError):
     """An exception of another library that ended a prompt, carried on as text only.
 
+    Args:
+        error_type: the original exception's class name.
+        message: its (redacted) text.
+        os_error: the original was an ``OSError`` (a host resource failed: the prompt task's
+            retry policy treats it as transient); its text is kept as it was, without the class
+            name in front.
+
     Attributes:
         error_type: the original exception's class name (``failures.jsonl`` records it).
+        os_error: as the argument.
     """
 
-    def __init__(self, error_type: str, message: str):
-        super().__init__(f"{error_type}: {message}" if message else error_type)
-        self.error_type = error_type
+    def __init__(self, error_type: str, message: str, *, os_error: bool = False):
+        if os_error:
+            super().__init__(message)
+        else:
+            super().__init__(f"{error_type}: {message}" if message else error_type)
+        self._error_type = error_type
+        self.os_error = os_error
+
+    @property
+    def error_type(self) -> str:
+        """The original exception's class name."""
+        return self._error_type
+
+    def __reduce__(self):
+        # pickled with its own arguments (a Dask worker, the result store); fields ride in __dict__
+        return (_rebuild_unexpected, (type(self), self.args), self.__dict__)
+
+
+def _rebuild_unexpected(cls: type[UnexpectedError], args: tuple) -> UnexpectedError:
+    """An UnexpectedError of ``cls`` with ``args`` as they were (its fields come back from its state)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    return error
 
 
 class ConfigError(HermesError, ValueError):

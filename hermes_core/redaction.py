@@ -49,7 +49,10 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_core.exceptions import HermesError
 
 REDACTED = "[REDACTED]"
 """What a secret value is replaced with."""
@@ -179,33 +182,22 @@ def clean_for_storage(obj: Any) -> Any:
     return walk(obj)
 
 
-def scrub_exception(exc: BaseException) -> BaseException:
-    """An exception safe to hand to Prefect (state message, result store, logs): no secret in it.
+def scrub_exception(exc: BaseException) -> HermesError:
+    """The :class:`~hermes_core.exceptions.HermesError` that ends a prompt for ``exc``: safe to hand
+    to Prefect (state message, result store, logs), no secret in it.
 
     Ours (:class:`~hermes_core.exceptions.HermesError`) redact their message when made and are
-    returned as they are. An ``OSError`` is redacted in place (its arguments, message and file
-    names), keeping its type for the retry policy. Any other exception becomes an
+    returned as they are. Any other exception becomes an
     :class:`~hermes_core.exceptions.UnexpectedError` carrying only its class name and redacted
-    message: none of its attributes (an HTTP error keeps the request and its headers) and none of
-    its chain travel on.
+    message (an ``OSError`` its redacted text as it was, marked ``os_error`` for the retry
+    policy): none of its attributes (an HTTP error keeps the request and its headers) and none
+    of its chain travel on. The result's ``usage`` and ``attempts`` are the caller's to set.
     """
     from hermes_core.exceptions import HermesError, UnexpectedError
 
     if isinstance(exc, HermesError):
         return exc
-    if isinstance(exc, OSError):
-        exc.args = tuple(redact(valid_text(a)) if isinstance(a, str) else a for a in exc.args)
-        for name in ("strerror", "filename", "filename2"):
-            value = getattr(exc, name, None)
-            if isinstance(value, str):
-                setattr(exc, name, redact(valid_text(value)))
-        exc.__cause__ = exc.__context__ = None
-        return exc
-    scrubbed = UnexpectedError(type(exc).__name__, valid_text(str(exc)))
-    for name in ("usage", "attempts"):
-        if hasattr(exc, name):
-            setattr(scrubbed, name, getattr(exc, name))
-    return scrubbed
+    return UnexpectedError(type(exc).__name__, valid_text(str(exc)), os_error=isinstance(exc, OSError))
 
 
 def install_log_redaction() -> None:

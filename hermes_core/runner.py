@@ -7,6 +7,7 @@ reasoning) and raises for a failed prompt; the environment is always torn down.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Literal
 
@@ -15,13 +16,13 @@ from pydantic import BaseModel, Field
 from hermes_core import spend_guard
 from hermes_core.agent import Agent, AgentConfig, AgentResult
 from hermes_core.cancel import check_cancelled, check_may_start, tracked
-from hermes_core.client import ModelClient, ModelOptions
+from hermes_core.client import ModelClient, ModelOptions, Usage
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.limiter import run_limiter
-from hermes_core.redaction import clean_for_storage, register_secrets_of
+from hermes_core.redaction import clean_for_storage, register_secrets_of, scrub_exception
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
@@ -115,6 +116,10 @@ def run_prompt(
         attempt: 1 for the first try of this prompt, 2 for the first retry ...
 
     Raises:
+        HermesError: every failure is one (an exception of another library becomes an
+            :class:`~hermes_core.exceptions.UnexpectedError`, see
+            :func:`hermes_core.redaction.scrub_exception`), its ``usage`` set to what the prompt
+            spent (None before its tool context existed). Among them:
         ModelError: provider error after retries, or a non-retryable 4xx.
         PromptTimeout: the prompt ran past ``spec.prompt_timeout``.
         PromptCancelled: the process is stopping (:func:`hermes_core.cancel.cancel_running`), or
@@ -154,6 +159,7 @@ def run_prompt(
         prompt_id=job.prompt_id,
     )
     deadline = started + spec.prompt_timeout if spec.prompt_timeout else None
+    spent: Usage | None = None  # the prompt's usage so far, once its tool context exists
     try:
         with tracked(env), env:  # registered before it starts: a cancel during start still removes it
             endpoint = ModelEndpoint(
@@ -164,14 +170,19 @@ def run_prompt(
                 guard=client.guard,
             )
             ctx = ToolContext(env=env, settings=settings, deadline=deadline, model_endpoint=endpoint)
+            spent = ctx.usage
             try:
                 result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
             finally:
                 ctx.close()
     except Exception as exc:
-        _check_cancelled(getattr(exc, "usage", None))  # an error caused by a cancellation is one
-        raise
-    _check_cancelled(result.usage.as_dict())  # commands killed by a cancellation make no trajectory
+        failure = scrub_exception(exc)
+        failure.usage = None if spent is None else dataclasses.replace(spent)
+        _check_cancelled(failure.usage)  # an error caused by a cancellation is one
+        if failure is exc:
+            raise
+        raise failure from None  # no attribute or chain of a foreign exception travels on
+    _check_cancelled(result.usage)  # commands killed by a cancellation make no trajectory
     assistant_turns, with_reasoning = result.reasoning
     usage = result.usage.as_dict()
     duration = round(time.monotonic() - started, 3)
@@ -189,12 +200,12 @@ def run_prompt(
     return PromptOutcome(status=status, row=row, **common)
 
 
-def _check_cancelled(usage: dict[str, Any] | None) -> None:
+def _check_cancelled(usage: Usage | None) -> None:
     """Raise PromptCancelled carrying ``usage`` (what the prompt spent) when the run is cancelled."""
     try:
         check_cancelled()
     except PromptCancelled as exc:
-        exc.usage = usage
+        exc.usage = None if usage is None else dataclasses.replace(usage)
         raise
 
 

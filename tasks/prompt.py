@@ -13,6 +13,7 @@ broken sandbox) are retried by Prefect's task retries; a prompt that ran out of 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from functools import lru_cache
@@ -22,7 +23,8 @@ from prefect.runtime import task_run
 from prefect.serializers import CompressedSerializer
 from pydantic import SecretStr
 
-from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError
+from hermes_core.client import Usage
+from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError, UnexpectedError
 from hermes_core.redaction import install_log_redaction, register_secret, scrub_exception
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
@@ -65,6 +67,8 @@ def retry_condition(*, retry_timeouts: bool = False) -> Callable[..., bool]:
             return exc.retryable
         if isinstance(exc, PromptTimeout):
             return retry_timeouts
+        if isinstance(exc, UnexpectedError):
+            return exc.os_error  # a host resource failed (it was an OSError)
         return isinstance(exc, SandboxError | OSError)
 
     return is_transient
@@ -98,12 +102,16 @@ def _settings(api_key_secret: str | None) -> HermesSettings:
 def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = None) -> PromptOutcome:
     """Run one prompt (see :func:`hermes_core.runner.run_prompt`); raise on failure.
 
-    The exception of a failed attempt carries ``attempts`` (this attempt's number) and ``usage``
-    (what this prompt's failed attempts in this process spent, summed), so the ledger records how
-    many attempts really ran and what they cost. When a retry then succeeds, the earlier attempts'
-    usage is added to the outcome's (and its row's) usage: a run's spend counts every attempt.
-    What Prefect gets (state message, result store, logs) is scrubbed of secrets first
-    (:func:`hermes_core.redaction.scrub_exception`).
+    Raises:
+        HermesError: the prompt failed (an exception of another library arrives as an
+            :class:`~hermes_core.exceptions.UnexpectedError`), with ``attempts`` set to this
+            attempt's number and ``usage`` to what this prompt's failed attempts in this process
+            spent, summed, so the ledger records how many attempts really ran and what they
+            cost. What Prefect gets (state message, result store, logs) is scrubbed of secrets
+            (:func:`hermes_core.redaction.scrub_exception`).
+
+    When a retry then succeeds, the earlier attempts' usage is added to the outcome's (and its
+    row's) usage: a run's spend counts every attempt.
     """
     attempt = task_run.run_count or 1
     key = job.prompt_id
@@ -112,20 +120,20 @@ def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = 
     except Exception as exc:
         failure = scrub_exception(exc)
         failure.attempts = attempt
-        failure.usage = _add_usage(_failed_usage.pop(key, None), getattr(exc, "usage", None))
-        if failure.usage:
+        failure.usage = _add_usage(_failed_usage.pop(key, None), failure.usage)
+        if failure.usage is not None:
             _failed_usage[key] = failure.usage  # a task retry may follow; the flow settles it when none does
         if failure is exc:
             raise
         raise failure from None
     earlier = _failed_usage.pop(key, None)
-    if earlier:
-        outcome.usage = _add_usage(earlier, outcome.usage)
+    if earlier is not None:
+        outcome.usage = _add_usage(earlier, Usage.from_dict(outcome.usage)).as_dict()
         outcome.row["metadata"]["usage"] = outcome.usage
     return outcome
 
 
-_failed_usage: dict[str, dict] = {}
+_failed_usage: dict[str, Usage] = {}
 """Usage of failed attempts of prompts that may still be retried in this process (prompt_id -> usage)."""
 
 
@@ -134,14 +142,10 @@ def settle_failed_usage(prompt_id: str) -> None:
     _failed_usage.pop(prompt_id, None)
 
 
-def _add_usage(a: dict | None, b: dict | None) -> dict | None:
-    """The sum of two usage dicts (``cost`` None unless one has it); None when both are None."""
+def _add_usage(a: Usage | None, b: Usage | None) -> Usage | None:
+    """The sum of two usages (``cost`` None unless one has it); None when both are None."""
     if a is None or b is None:
         return a or b
-    total = {
-        k: int(a.get(k) or 0) + int(b.get(k) or 0)
-        for k in ("prompt_tokens", "completion_tokens", "reasoning_tokens")
-    }
-    costs = [c for c in (a.get("cost"), b.get("cost")) if c is not None]
-    total["cost"] = round(sum(costs), 8) if costs else None
+    total = dataclasses.replace(a)
+    total.add(b)
     return total
