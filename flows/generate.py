@@ -41,6 +41,7 @@ from hermes_core import cancel, spend_guard
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
 from hermes_core.limiter import run_limiter
+from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger, RunLock
 from hermes_core.runfolder.postprocess import write_json_atomic
 from hermes_core.runfolder.run_info import (
@@ -170,7 +171,7 @@ def _generate_trajectories(**options: Any) -> State:
             report = pilot_run.report(
                 config, [ids[i] for i in drawn], run_dir, total_prompts=len(ids), wall_s=duration
             )
-            write_json_atomic(run_dir / "pilot.json", {**report, "flow_run_id": str(flow_run.id)})
+            write_json_atomic(RunFolder(run_dir).pilot, {**report, "flow_run_id": str(flow_run.id)})
             create_markdown_artifact(
                 markdown=pilot_run.markdown(report), key=artifact_key(config.run_name, "pilot")
             )
@@ -185,11 +186,11 @@ def _generate_trajectories(**options: Any) -> State:
     if failed:
         return Failed(
             message=(
-                f"{len(failed)} of {len(ids)} prompts failed (see {run_dir / 'failures.jsonl'}); "
+                f"{len(failed)} of {len(ids)} prompts failed (see {RunFolder(run_dir).failures}); "
                 "every other output is written. A retry of this flow run re-attempts only the failed prompts."
             )
         )
-    return Completed(message=f"{stats['completed']} trajectories in {run_dir / 'trajectories.jsonl'}")
+    return Completed(message=f"{stats['completed']} trajectories in {RunFolder(run_dir).trajectories}")
 
 
 set_parameters(_generate_trajectories, options_signature(), options_docstring())  # one parameter per option
