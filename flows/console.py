@@ -31,6 +31,7 @@ from rich.progress import (
 from rich.table import Column, Table
 from rich.text import Text
 
+from flows.prefect_adapter import TASK_RUN_LOGGERS, run_log_names
 from flows.progress import LISTENERS, RunProgress, meter_text
 from hermes_core.runfolder.folder import RunFolder
 
@@ -149,19 +150,17 @@ class _ConsoleLogHandler(logging.Handler):
         self.display = display
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not self.display.verbose and record.name.startswith("prefect.task_runs"):
+        task_run_name, flow_run_name = run_log_names(record)
+        if not self.display.verbose and record.name.startswith(TASK_RUN_LOGGERS):
             # the prompt tasks' lines (a failed prompt's too: the flow logs one line for it) go to the
             # API only, as do every task's INFO lines; other tasks' warnings are shown
-            if record.levelno < logging.WARNING or str(getattr(record, "task_run_name", "")).startswith(
-                "prompt-"
-            ):
+            if record.levelno < logging.WARNING or str(task_run_name or "").startswith("prompt-"):
                 return
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record must not break the run
             return
-        for attribute, kind in (("task_run_name", "Task run"), ("flow_run_name", "Flow run")):
-            name = getattr(record, attribute, None)
+        for name, kind in ((task_run_name, "Task run"), (flow_run_name, "Flow run")):
             if name and self.display.verbose:  # as Prefect's own console shows run loggers' lines
                 message = f"{kind} {name!r} - {message}"
                 break

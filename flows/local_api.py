@@ -3,7 +3,9 @@
 It is the server Prefect itself starts for a run without a server (the "ephemeral" API of
 ``prefect.server.api.server.SubprocessASGIServer``: the same uvicorn command, app factory and
 ``PREFECT__SERVER_EPHEMERAL`` setting, SQLite under ``PREFECT_HOME``), started by us for three
-reasons Prefect's own start cannot serve:
+reasons Prefect's own start cannot serve (the command and the environment, which rely on Prefect's
+internals, come from :func:`flows.prefect_adapter.local_api_server_args` and
+:func:`~flows.prefect_adapter.local_api_server_environment`; this module only runs the process):
 
 * it runs in its own session, so the terminal's Ctrl-C reaches only the command line, which
   stops the run cleanly and still reports the flow run's final state to a live API;
@@ -27,7 +29,6 @@ reasons Prefect's own start cannot serve:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import queue
 import signal
@@ -42,6 +43,7 @@ from typing import Any
 
 import httpx
 
+from flows.prefect_adapter import local_api_server_args, local_api_server_environment
 from hermes_core.redaction import CREDENTIAL_NAME
 
 STARTUP_TIMEOUT = 120.0
@@ -122,16 +124,10 @@ class LocalAPI:
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}/api"
         env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k)}
-        env.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
+        env.update(local_api_server_environment())
         env.pop("PREFECT_API_URL", None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        server = [
-            "-m", "uvicorn",
-            "--app-dir", str(Path(importlib.util.find_spec("prefect").origin).parent.parent),
-            "--factory", "prefect.server.api.server:create_app",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "error", "--lifespan", "on",
-        ]  # fmt: skip
+        server = local_api_server_args(port)
         if sys.platform == "linux":
             args = [sys.executable, "-S", "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL, str(os.getpid()), *server]
         else:  # no parent-death signal: the server outlives a killed command line

@@ -100,11 +100,12 @@ def without_flow_heartbeats() -> Iterator[None]:
     (bench/ANALYSIS.md). Heartbeats let a Prefect server detect a crashed flow run; the command
     line turns them off only for the local API it starts itself, which stops with the command
     (nothing is left to watch them). ``PREFECT_FLOWS_HEARTBEAT_FREQUENCY`` cannot say None from
-    the environment (it must be >= 30), hence this code-level setting.
+    the environment (it must be >= 30), hence this code-level setting
+    (:func:`flows.prefect_adapter.flow_heartbeats_off`).
     """
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from flows.prefect_adapter import flow_heartbeats_off
 
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    with flow_heartbeats_off():
         yield
 
 
