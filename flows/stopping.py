@@ -59,7 +59,7 @@ STOP_DEADLINE_SECONDS = 30.0
 """Seconds from a stop request to the end of the command line, whatever its prompts do (:class:`StopDeadline`).
 
 A stop normally ends it in 1-3 s; the flow gives running prompts 10 s to end
-(``flows.generate.STOP_DRAIN_SECONDS``), the rest is for its last records and the local API's stop."""
+(``flows.dispatch.STOP_DRAIN_SECONDS``), the rest is for its last records and the local API's stop."""
 GIL_BACKSTOP_SECONDS = 10.0
 """Seconds after :data:`STOP_DEADLINE_SECONDS` at which :mod:`faulthandler` ends a process whose GIL is held."""
 REPORT_SECONDS = 3.0
