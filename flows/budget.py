@@ -31,9 +31,9 @@ import threading
 from typing import Any
 
 from hermes_core import cancel
-from hermes_core.client import Usage
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.runfolder.spend import Spend, SpendTally
+from hermes_core.usage import Usage
 
 BUDGET_REACHED = "BudgetReached"
 """Name of the Failed state of a flow run that reached its spend cap (the command line exits 3)."""
@@ -185,7 +185,7 @@ class Budget:
         """Count an answered model request's usage (tokens, cost in USD) in the run's spend."""
         if self.capped:
             with self._lock:
-                self._requests.add_usage(usage.as_dict())
+                self._requests.add_usage(usage)
 
     def _current(self) -> tuple[float, int]:
         """The run's spend now (USD, tokens): the ledger's, or earlier invocations' plus this

@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from hermes_core.usage import Usage
 from tasks.statistics import artifact_key
 
 LISTENERS: list[Callable[[RunProgress, str | None], None]] = []
@@ -159,12 +160,12 @@ class RunProgress:
             self._pusher = None
 
     def record(self, kind: str, usage: dict[str, Any] | None = None, line: str | None = None) -> None:
-        """Count one finished prompt: ``completed``, ``discarded`` or ``failed``, with its token usage."""
+        """Count one finished prompt: ``completed``, ``discarded`` or ``failed``, with its usage
+        (the stored ``{prompt_tokens, completion_tokens, reasoning_tokens, cost}`` form, or None)."""
         setattr(self, kind, getattr(self, kind) + 1)
         if usage:
-            self.tokens += int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
-            if usage.get("cost") is not None:
-                self.cost = (self.cost or 0.0) + float(usage["cost"])
+            spent = Usage(prompt_tokens=self.tokens, cost=self.cost) + Usage.from_dict(usage)
+            self.tokens, self.cost = spent.total_tokens, spent.cost
         self._notify(line=line)
 
     def announce(self, line: str) -> None:

@@ -45,6 +45,7 @@ from hermes_core.options import DEFINING, CommaList
 from hermes_core.redaction import valid_text
 from hermes_core.spend_guard import RequestGuard
 from hermes_core.trajectory import extract_reasoning
+from hermes_core.usage import Usage
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 """OpenRouter ``reasoning.effort`` values (the reference's, with its newer ``max`` and ``ultra``)."""
@@ -110,70 +111,6 @@ class ModelOptions(BaseModel):
         elif self.reasoning_effort:
             body["reasoning"] = {"enabled": True, "effort": self.reasoning_effort}
         return body
-
-
-@dataclass
-class Usage:
-    """Token usage (tokens) and cost (USD, only when the provider reports it) of one or more calls."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost: float | None = None
-
-    def add(self, other: Usage) -> None:
-        """Accumulate ``other`` into this usage."""
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-        if other.cost is not None:
-            self.cost = (self.cost or 0.0) + other.cost
-
-    def as_dict(self) -> dict[str, Any]:
-        """``{prompt_tokens, completion_tokens, reasoning_tokens, cost}`` for the row's metadata."""
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "cost": None if self.cost is None else round(self.cost, 8),
-        }
-
-    @classmethod
-    def from_dict(cls, usage: Any) -> Usage:
-        """Read a stored usage (``{prompt_tokens, completion_tokens, reasoning_tokens, cost}``, the
-        :meth:`as_dict` form that rows and ledger lines carry); None or malformed: nothing spent."""
-        data = usage if isinstance(usage, dict) else {}
-        cost = data.get("cost")
-        return cls(
-            prompt_tokens=_count(data.get("prompt_tokens")),
-            completion_tokens=_count(data.get("completion_tokens")),
-            reasoning_tokens=_count(data.get("reasoning_tokens")),
-            cost=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
-        )
-
-    @classmethod
-    def from_api(cls, usage: Any) -> Usage:
-        """Read a response's ``usage`` (JSON dict or SDK ``CompletionUsage``; ``cost`` and reasoning tokens when present)."""
-        if usage is None:
-            return cls()
-        data = usage.model_dump() if hasattr(usage, "model_dump") else dict(usage)
-        details = data.get("completion_tokens_details")
-        details = details if isinstance(details, dict) else {}
-        cost = data.get("cost")
-        return cls(
-            prompt_tokens=int(data.get("prompt_tokens") or 0),
-            completion_tokens=int(data.get("completion_tokens") or 0),
-            reasoning_tokens=int(details.get("reasoning_tokens") or 0),
-            cost=float(cost) if isinstance(cost, int | float) else None,
-        )
-
-
-def _count(value: Any) -> int:
-    """A token count read from stored JSON: an int, or 0 for anything else (null, text, a float's floor)."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hermes_core.client import Usage
+    from hermes_core.usage import Usage
 
 
 class HermesError(Exception):

@@ -7,7 +7,6 @@ reasoning) and raises for a failed prompt; the environment is always torn down.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Literal
 
@@ -16,7 +15,7 @@ from pydantic import BaseModel, Field
 from hermes_core import spend_guard
 from hermes_core.agent import Agent, AgentConfig, AgentResult
 from hermes_core.cancel import check_cancelled, check_may_start, tracked
-from hermes_core.client import ModelClient, ModelOptions, Usage
+from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
@@ -26,6 +25,7 @@ from hermes_core.redaction import clean_for_storage, register_secrets_of, scrub_
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
+from hermes_core.usage import Usage
 
 
 class PromptJob(BaseModel):
@@ -177,7 +177,7 @@ def run_prompt(
                 ctx.close()
     except Exception as exc:
         failure = scrub_exception(exc)
-        failure.usage = None if spent is None else dataclasses.replace(spent)
+        failure.usage = None if spent is None else spent.copy()
         _check_cancelled(failure.usage)  # an error caused by a cancellation is one
         if failure is exc:
             raise
@@ -205,7 +205,7 @@ def _check_cancelled(usage: Usage | None) -> None:
     try:
         check_cancelled()
     except PromptCancelled as exc:
-        exc.usage = None if usage is None else dataclasses.replace(usage)
+        exc.usage = None if usage is None else usage.copy()
         raise
 
 

@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from hermes_core.client import Usage
+    from hermes_core.usage import Usage
 
 
 class RequestGuard(Protocol):

@@ -13,7 +13,6 @@ broken sandbox) are retried by Prefect's task retries; a prompt that ran out of 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable
 from functools import lru_cache
@@ -23,11 +22,11 @@ from prefect.runtime import task_run
 from prefect.serializers import CompressedSerializer
 from pydantic import SecretStr
 
-from hermes_core.client import Usage
 from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError, UnexpectedError
 from hermes_core.redaction import install_log_redaction, register_secret, scrub_exception
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
+from hermes_core.usage import Usage
 
 CACHE_KEY_PREFIX = "hermes-prompt-"
 
@@ -120,7 +119,7 @@ def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = 
     except Exception as exc:
         failure = scrub_exception(exc)
         failure.attempts = attempt
-        failure.usage = _add_usage(_failed_usage.pop(key, None), failure.usage)
+        failure.usage = Usage.total([_failed_usage.pop(key, None), failure.usage])
         if failure.usage is not None:
             _failed_usage[key] = failure.usage  # a task retry may follow; the flow settles it when none does
         if failure is exc:
@@ -128,7 +127,7 @@ def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = 
         raise failure from None
     earlier = _failed_usage.pop(key, None)
     if earlier is not None:
-        outcome.usage = _add_usage(earlier, Usage.from_dict(outcome.usage)).as_dict()
+        outcome.usage = (earlier + Usage.from_dict(outcome.usage)).as_dict()
         outcome.row["metadata"]["usage"] = outcome.usage
     return outcome
 
@@ -140,12 +139,3 @@ _failed_usage: dict[str, Usage] = {}
 def settle_failed_usage(prompt_id: str) -> None:
     """Forget the failed attempts' usage of a prompt whose failure is recorded (no retry follows)."""
     _failed_usage.pop(prompt_id, None)
-
-
-def _add_usage(a: Usage | None, b: Usage | None) -> Usage | None:
-    """The sum of two usages (``cost`` None unless one has it); None when both are None."""
-    if a is None or b is None:
-        return a or b
-    total = dataclasses.replace(a)
-    total.add(b)
-    return total

@@ -27,6 +27,7 @@ from typing import Any
 
 from hermes_core.runfolder.files import write_json_atomic
 from hermes_core.runfolder.folder import RunFolder, is_ledger_file
+from hermes_core.usage import Usage
 
 
 @dataclass
@@ -55,20 +56,21 @@ class Spend:
         """prompt + completion tokens."""
         return self.prompt_tokens + self.completion_tokens
 
-    def add_usage(self, usage: dict[str, Any] | None) -> None:
-        """Count one record's ``usage`` dict (None or malformed: a record that spent nothing known)."""
-        usage = usage if isinstance(usage, dict) else {}
-        prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
+    def add_usage(self, usage: Usage | dict[str, Any] | None) -> None:
+        """Count one record's usage: a :class:`~hermes_core.usage.Usage`, or its stored dict form
+        (read with :meth:`Usage.from_dict <hermes_core.usage.Usage.from_dict>`; None or malformed:
+        a record that spent nothing known)."""
+        if not isinstance(usage, Usage):
+            usage = Usage.from_dict(usage)
         self.records += 1
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        cost = usage.get("cost")
-        if isinstance(cost, int | float) and not isinstance(cost, bool):
-            self.cost += float(cost)
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        if usage.cost is not None:
+            self.cost += usage.cost
             self.cost_reports += 1
         else:
-            self.unpriced_prompt_tokens += prompt
-            self.unpriced_completion_tokens += completion
+            self.unpriced_prompt_tokens += usage.prompt_tokens
+            self.unpriced_completion_tokens += usage.completion_tokens
 
     def merge(self, other: Spend) -> None:
         """Add ``other`` into this spend."""
@@ -174,10 +176,6 @@ def _parse(path: Path, offset: int) -> Spend:
             usage = metadata.get("usage") if isinstance(metadata, dict) else obj.get("usage")
             spend.add_usage(usage)
     return spend
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
 __all__ = ["Spend", "SpendTally"]
