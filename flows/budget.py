@@ -27,6 +27,7 @@ Prompts on Dask workers (other processes) are checked when they start, not per r
 from __future__ import annotations
 
 import dataclasses
+import enum
 import threading
 from typing import Any
 
@@ -64,6 +65,17 @@ def cost_source(config: Any) -> str | None:
     return None
 
 
+class Admission(enum.Enum):
+    """The answer of :meth:`Budget.admission` for the next prompt."""
+
+    START = "start"
+    """It may start."""
+    WAIT = "wait"
+    """Not yet: no prompt of the run has finished and one runs (slow start)."""
+    CAP = "cap"
+    """Never in this invocation: the cap is reached or would be passed (call :meth:`Budget.refuse`)."""
+
+
 class Budget:
     """The caps of one run against its ledger's spend.
 
@@ -75,7 +87,7 @@ class Budget:
         on_budget: ``drain`` (running prompts finish) or ``cancel`` (they are cancelled).
 
     Attributes:
-        reached: True once a prompt or a request was refused for the cap.
+        reached: True once a prompt or a request was refused for the cap (:meth:`refuse`).
         spent_at_stop: the spend when the cap was reached (for the overshoot), or None.
 
     It is the run's :class:`hermes_core.spend_guard.RequestGuard` (:meth:`before_request`,
@@ -131,33 +143,55 @@ class Budget:
         """USD spent by the run so far (None when no cost is known)."""
         return self.spent.cost_usd(self.price_in, self.price_out)
 
-    def allows(self, in_flight: int) -> bool:
-        """Whether one more prompt may start with ``in_flight`` prompts running; O(1).
+    def admission(self, in_flight: int) -> Admission:
+        """Whether one more prompt may start with ``in_flight`` prompts running; O(1), no side effect.
 
-        False without reaching the cap while no prompt of the run has finished and one runs (slow
-        start: ask again when it ends). The first refusal for the cap turns :attr:`reached` on and
-        stops new attempts of this process (:func:`hermes_core.cancel.hold_new_prompts`: a retry
-        that would start later ends without a trajectory and stays pending; prompts already
-        admitted run); with ``on_budget=cancel`` it also cancels the running ones
-        (:func:`hermes_core.cancel.cancel_running`, in a thread).
+        Returns:
+            :attr:`Admission.START` when it may; :attr:`Admission.WAIT` while no prompt of the run
+            has finished and one runs (slow start: ask again when it ends); :attr:`Admission.CAP`
+            when the cap is reached, or would be passed by the spend so far plus the prompts in
+            flight and this one at the run's mean spend per finished prompt. On ``CAP`` the
+            caller stops admitting prompts and calls :meth:`refuse`.
         """
         if not self.capped:
-            return True
+            return Admission.START
         with self._lock:
             if self.reached:
-                return False
+                return Admission.CAP
             cost, tokens = self._current()
             if self._over(cost, tokens):
-                self._reach()
-                return False
+                return Admission.CAP
             finished = self.spent.records
-            if not finished:
-                return in_flight == 0  # slow start: one prompt until one has finished
+            if not finished:  # slow start: one prompt until one has finished
+                return Admission.START if in_flight == 0 else Admission.WAIT
             share = (in_flight + 1) / finished  # the prompts running and this one, each at the mean
             if self._over(cost * (1 + share), tokens * (1 + share)):
-                self._reach()
-                return False
-            return True
+                return Admission.CAP
+            return Admission.START
+
+    def allows(self, in_flight: int) -> bool:
+        """Whether one more prompt may start with ``in_flight`` prompts running (:meth:`admission`
+        is ``START``); no side effect."""
+        return self.admission(in_flight) is Admission.START
+
+    def refuse(self) -> None:
+        """The run admits no more prompts for the cap: turn :attr:`reached` on (idempotent).
+
+        The first call records :attr:`spent_at_stop` and stops new attempts of this process
+        (:func:`hermes_core.cancel.hold_new_prompts`: a retry that would start later ends without
+        a trajectory and stays pending; prompts already admitted run); with ``on_budget=cancel``
+        it also cancels the running ones (:func:`hermes_core.cancel.cancel_running`, in a thread).
+        The dispatcher calls it when :meth:`admission` says ``CAP``; :meth:`before_request` when
+        a model request finds the cap reached.
+        """
+        with self._lock:
+            if self.reached:
+                return
+            self.reached = True
+            self.spent_at_stop = self._current()
+        cancel.hold_new_prompts()
+        if self.on_budget == "cancel":
+            threading.Thread(target=cancel.cancel_running, name="hermes-budget-cancel", daemon=True).start()
 
     def before_request(self) -> None:
         """Before a model request: reach the cap if the spend is at it, or would pass it with one
@@ -177,7 +211,7 @@ class Budget:
                 )
                 per_tokens = requests.total_tokens / max(requests.records, 1)
                 if self._over(cost, tokens, at=True) or self._over(cost + per_cost, tokens + per_tokens):
-                    self._reach()
+                    self.refuse()
             if self.reached and self.on_budget == "cancel":
                 raise PromptCancelled("budget reached: the model request was not sent")
 
@@ -204,15 +238,6 @@ class Budget:
         return self.max_cost_usd is not None and (
             cost >= self.max_cost_usd if at else cost > self.max_cost_usd
         )
-
-    def _reach(self) -> None:
-        if self.reached:
-            return
-        self.reached = True
-        self.spent_at_stop = self._current()
-        cancel.hold_new_prompts()
-        if self.on_budget == "cancel":
-            threading.Thread(target=cancel.cancel_running, name="hermes-budget-cancel", daemon=True).start()
 
     def figures(self) -> dict[str, Any]:
         """``{"cost_usd", "tokens", "max_cost_usd", "max_total_tokens", "overshoot_usd", "overshoot_tokens"}``.
@@ -277,4 +302,4 @@ def projection(spent: Spend, finished: int, total: int, price_in=None, price_out
     }
 
 
-__all__ = ["BUDGET_REACHED", "Budget", "cost_source", "projection"]
+__all__ = ["BUDGET_REACHED", "Admission", "Budget", "cost_source", "projection"]

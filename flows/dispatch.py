@@ -20,7 +20,7 @@ from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
-from flows.budget import Budget
+from flows.budget import Admission, Budget
 from flows.config import BatchConfig
 from flows.prefect_adapter import forget_task_run
 from flows.progress import RunProgress
@@ -84,7 +84,8 @@ def run_prompts(
 ) -> list[dict[str, Any]]:
     """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives.
 
-    No prompt starts once ``budget`` refuses (:meth:`~flows.budget.Budget.allows`).
+    No prompt starts once ``budget`` says the cap is reached (:meth:`~flows.budget.Budget.admission`,
+    then :meth:`~flows.budget.Budget.refuse`).
 
     Returns:
         The failures of this invocation: ``{prompt_id, prompt_index, error_type, message, attempts}``.
@@ -128,7 +129,14 @@ def _sliding_window(
     wrap = quote if config.task_runner != "dask" else (lambda value: value)
 
     def submit_next() -> bool:
-        job = None if stop.requested or not budget.allows(in_flight) else next(queued, None)
+        if stop.requested:
+            return False
+        admission = budget.admission(in_flight)
+        if admission is Admission.CAP:
+            budget.refuse()  # no prompt starts any more: held retries, cancelled ones with on_budget=cancel
+        if admission is not Admission.START:
+            return False
+        job = next(queued, None)
         if job is None:
             return False
         parameters = {"job": wrap(job), "spec": wrap(spec), "api_key_secret": config.api_key_secret}

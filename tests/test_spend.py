@@ -115,3 +115,28 @@ def test_spend_json_sizes_are_the_files_sizes_across_invocations(tmp_path):
         name: (tmp_path / name).stat().st_size for name in files
     }
     assert RunLedger.open(tmp_path, "r").spend.reparsed == []
+
+
+def test_the_budget_check_has_no_side_effect_and_refuse_holds_new_attempts(tmp_path):
+    from flows.budget import Admission, Budget
+    from hermes_core import cancel
+    from hermes_core.exceptions import PromptCancelled
+    from hermes_core.runfolder.spend import SpendTally
+
+    tally = SpendTally(tmp_path)
+    budget = Budget(tally, max_total_tokens=100)
+    assert budget.admission(0) is Admission.START and budget.admission(1) is Admission.WAIT  # slow start
+    tally.add("batch_0.jsonl", _usage(60, 0, None), 10)  # one prompt finished: 60 tokens
+    assert budget.admission(0) is Admission.CAP  # 60 + one more at the mean passes 100
+    assert not budget.allows(0)
+    assert not budget.reached and budget.spent_at_stop is None  # asking changed nothing
+    cancel.check_may_start(retry=True)  # and held nothing
+    try:
+        budget.refuse()
+        assert budget.reached and budget.spent_at_stop == (0.0, 60)
+        with pytest.raises(PromptCancelled):
+            cancel.check_may_start(retry=True)
+        budget.refuse()  # idempotent
+        assert budget.admission(0) is Admission.CAP
+    finally:
+        cancel.hold_new_prompts(False)
