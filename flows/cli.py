@@ -271,13 +271,13 @@ def run_batch(argv: list[str]) -> int:
     # process ends STOP_DEADLINE_SECONDS after a stop at the latest
     with StopDeadline(), interrupt_on_stop_signals():
         preflight(config, args.api_key)
-        if args.api_key:
-            from tasks.prompt import provide_api_key
-
-            provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
         with _hold_run_folder(config.run_dir):
-            api = _prefect_local_api()
+            api = _prefect_local_api()  # sets PREFECT_API_URL: Prefect must not be imported before it
             try:
+                if args.api_key:
+                    from tasks.prompt import provide_api_key  # imports Prefect
+
+                    provide_api_key(args.api_key)  # in memory only: never a parameter, never in os.environ
                 return _run_flow(config, heartbeats=api is None)
             finally:
                 if api is not None:

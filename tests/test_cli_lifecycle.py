@@ -376,3 +376,36 @@ def test_the_command_lines_lock_is_lent_to_its_own_flow_only(tmp_path):
         with pytest.raises(RunInUseError):
             with RunLock(tmp_path):
                 pass
+
+
+def _prefect_servers(proc: subprocess.Popen) -> list[int]:
+    """Pids of every Prefect API server among the command line's children (its own, or Prefect's ephemeral one)."""
+    found = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "prefect.server.api.server" in cmdline or "prefect server start" in cmdline:
+            found.append(child.pid)
+    return found
+
+
+def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server):
+    """``--api_key`` loads Prefect: it must happen after the local API set PREFECT_API_URL, or
+    Prefect would start a second, ephemeral server of its own that the command line does not own."""
+    home = cli.cwd / "api-key-prefect-home"
+    prompts, args = _slow_run(cli.cwd, server, "api-key", n=2)
+    run = cli.cwd / "data" / "api-key"
+    log = cli.cwd / "api-key.log"
+    proc = _spawn(cli.cwd, [*args, "--api_key=sk-lifecycle-test-0123456789"], _local_env(home), log)
+    try:
+        pid, _port = _wait_for("the local API process", lambda: _local_api(proc), proc, log)
+        _wait_for("a finished prompt", lambda: _rows(run), proc, log)
+        assert _prefect_servers(proc) == [pid], _tail(log)
+        assert proc.wait(timeout=120) == 0, _tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(_jsonl(run / "trajectories.jsonl")) == len(prompts)
+    assert "sk-lifecycle-test-0123456789" not in log.read_text(errors="replace")
