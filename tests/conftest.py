@@ -17,6 +17,27 @@ VENDOR_VARIABLES = (
 """Prefixes of the backend variables a developer's shell may hold: tests start without them."""
 
 
+SHARED_HOST_FIXTURES = {"internet": "host-network"}
+"""Fixtures that hold a fixed host resource (``internet``: a network namespace at 198.51.100.2), with the
+pytest-xdist group their tests share, so that ``-n N --dist loadgroup`` runs them one at a time on one worker."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, and put
+    the tests of a fixed host resource in one xdist group (``SHARED_HOST_FIXTURES``).
+
+    Runs before pytest's ``-m`` selection and before pytest-xdist reads the groups (tryfirst).
+    """
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if "prefect_server" in used and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+        for fixture, group in SHARED_HOST_FIXTURES.items():
+            if fixture in used:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_backends(monkeypatch):
     """Every test sees no ambient web, image, vision, moa or browser backend configuration."""

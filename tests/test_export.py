@@ -185,6 +185,7 @@ def test_export_command_and_its_errors(run_dir, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "error: the following arguments are required: --out"
 
 
+@pytest.mark.slow  # starts the command line in a subprocess
 def test_push_to_hub_uploads_the_folder(run_dir, tmp_path):
     record = HubRecord()
     out = tmp_path / "pushed"
@@ -263,6 +264,7 @@ def exported(out: Path, run_dir: Path, *extra: str) -> None:
     assert main(["export", str(run_dir), "--out", str(out), *extra]) == 0
 
 
+@pytest.mark.slow  # starts the command line in a subprocess
 def test_overwrite_from_the_project_root_deletes_nothing(tmp_path):
     """The reported case: ``export data/r --out . --overwrite`` from the project root deleted
     ``./data`` (every run) and ``README.md``, then raised a traceback."""
@@ -387,6 +389,7 @@ def test_root_home_and_the_current_folder_are_refused(run_dir, tmp_path, monkeyp
     assert tree(project) == {"README.md": b"mine"}
 
 
+@pytest.mark.slow  # starts the command line in a subprocess
 def test_overwrite_replaces_an_earlier_export_and_its_manifest_lists_every_file(run_dir, tmp_path):
     out = tmp_path / "ds"
     first = export_run(run_dir, out, valid_tools=ALL_POSSIBLE_TOOLS, shard_bytes=6_000)

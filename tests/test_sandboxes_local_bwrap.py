@@ -205,6 +205,7 @@ def test_without_a_working_bwrap_auto_falls_back_with_one_clear_warning(tmp_path
         LocalEnvironment(settings=HermesSettings(local_isolation="bwrap")).start()
 
 
+@pytest.mark.slow  # starts the command line in a subprocess
 def test_flow_run_with_bubblewrap_isolation(cli, mock_server, tmp_path):
     """Two prompts of one run on the local backend with bwrap: B can neither read A's folder nor connect out."""
     a_dir, b_dir = tmp_path / "prompt-a", tmp_path / "prompt-b"

@@ -241,6 +241,7 @@ def test_view_command_errors_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip().endswith("no run.json (not a hermes-batch run folder)")
 
 
+@pytest.mark.slow  # starts the command line in a subprocess
 def test_view_command_serves_the_run(run_dir, tmp_path):
     port = free_port()
     proc = subprocess.Popen(
