@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prefect.client.schemas.objects import StateType
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tests.conftest import conversation_key, run_args
@@ -256,7 +257,7 @@ def test_faults_land_in_the_right_place(cli, mock_server):
     assert stats["completed"] == 4
     flow_run_id = json.loads((run / "run.json").read_text())["invocations"][-1]["flow_run_id"]
     state = httpx.get(f"{cli.api_url}/flow_runs/{flow_run_id}").json()["state"]
-    assert state["type"] == "FAILED"
+    assert state["type"] == StateType.FAILED.value
     assert (
         state["message"].startswith("1 of 7 prompts failed")
         and "re-attempts only the failed" in state["message"]

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prefect.client.schemas.objects import StateType
 
+from flows.budget import BUDGET_REACHED
 from hermes_core.mockllm import MockServer
 from tests.conftest import conversation_key, host_pids_with, run_args
 
@@ -64,7 +66,7 @@ def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli
     assert proc.returncode == 3, proc.stderr[-3000:]
     run = cli.cwd / "data" / "capped"
     state = _state(cli, run)
-    assert state["type"] == "FAILED" and state["name"] == "BudgetReached", state
+    assert state["type"] == StateType.FAILED.value and state["name"] == BUDGET_REACHED, state
     rows = _jsonl(run / "trajectories.jsonl")  # every output is written
     done = len(rows)
     assert 3 <= done < 12
@@ -108,7 +110,7 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
         time.sleep(0.1)
     assert host_pids_with(f"sleep\0{marker}") == []
     run = cli.cwd / "data" / "capcancel"
-    assert _state(cli, run)["name"] == "BudgetReached"
+    assert _state(cli, run)["name"] == BUDGET_REACHED
     assert [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")] == [0, 3]
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
     cancelled = _jsonl(run / "cancelled.jsonl")  # what they had spent still counts

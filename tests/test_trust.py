@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from prefect.client.schemas.objects import StateType
 
 from hermes_core.mockllm import MockServer
 from tests.conftest import conversation_key, run_args
@@ -112,8 +113,8 @@ def _flow_run_records(api_url: str, flow_run_id: str) -> str:
                   "limit": 200},
         ).json()  # fmt: skip
         text = json.dumps([flow, tasks, logs, events])
-        failed = [t for t in tasks if t["state"] and t["state"]["type"] == "FAILED"]
-        if (failed and flow["state"]["type"] == "FAILED" and "prompt 0 failed" in text) or (
+        failed = [t for t in tasks if t["state"] and t["state"]["type"] == StateType.FAILED.value]
+        if (failed and flow["state"]["type"] == StateType.FAILED.value and "prompt 0 failed" in text) or (
             time.monotonic() > deadline
         ):
             return text
@@ -198,7 +199,7 @@ def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server,
     info = json.loads((run / "run.json").read_text())
     flow_run_id = info["invocations"][-1]["flow_run_id"]
     state = httpx.get(f"{cli.api_url}/flow_runs/{flow_run_id}").json()["state"]
-    assert state["type"] == "CANCELLED" and "SIGTERM" in state["message"], state
+    assert state["type"] == StateType.CANCELLED.value and "SIGTERM" in state["message"], state
     assert _jsonl(run / "batch_0.jsonl") == rows_before  # finished rows intact
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
 
