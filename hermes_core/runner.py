@@ -20,7 +20,7 @@ from hermes_core.distributions import get_distribution, prompt_rng, sample_tools
 from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
 from hermes_core.exceptions import PromptCancelled
-from hermes_core.limiter import run_limiter
+from hermes_core.limiter import ConcurrencyLimiter, run_limiter
 from hermes_core.redaction import clean_for_storage, register_secrets_of, scrub_exception
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
@@ -105,7 +105,12 @@ def unavailable_tools(distribution: str, settings: HermesSettings) -> dict[str, 
 
 
 def run_prompt(
-    job: PromptJob, spec: RunSpec, settings: HermesSettings | None = None, *, attempt: int = 1
+    job: PromptJob,
+    spec: RunSpec,
+    settings: HermesSettings | None = None,
+    *,
+    attempt: int = 1,
+    limiter: ConcurrencyLimiter | None = None,
 ) -> PromptOutcome:
     """Run one prompt and build its trajectory row.
 
@@ -114,6 +119,10 @@ def run_prompt(
         spec: the run's settings.
         settings: process settings (API key, backend defaults); read from the environment when None.
         attempt: 1 for the first try of this prompt, 2 for the first retry ...
+        limiter: the run's limiter of model requests in flight, shared by its prompts (the
+            prompt's tools' model calls take it too). None: when ``spec.max_requests_in_flight``
+            is set, this process's own limiter of the run (:func:`hermes_core.limiter.run_limiter`,
+            made on first use: each Dask worker process has its own), else none.
 
     Raises:
         HermesError: every failure is one (an exception of another library becomes an
@@ -140,11 +149,7 @@ def run_prompt(
         api_key=settings.api_key,
         timeout=settings.request_timeout,
         max_retries=settings.max_retries,
-        limiter=run_limiter(
-            spec.run_id or spec.run_name, spec.max_requests_in_flight, adaptive=spec.adaptive_concurrency
-        )
-        if spec.max_requests_in_flight
-        else None,
+        limiter=limiter or _process_limiter(spec),
         guard=spend_guard.guard_of(spec.run_id),
     )
     toolsets = spec.toolsets or sample_toolsets(spec.distribution, prompt_rng(spec.seed, job.record_key))
@@ -198,6 +203,15 @@ def run_prompt(
     row = clean_for_storage(build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration))
     status = "kept" if with_reasoning else "discarded"
     return PromptOutcome(status=status, row=row, **common)
+
+
+def _process_limiter(spec: RunSpec) -> ConcurrencyLimiter | None:
+    """This process's limiter of the run (made on first use), or None when ``spec`` sets no limit."""
+    if not spec.max_requests_in_flight:
+        return None
+    return run_limiter(
+        spec.run_id or spec.run_name, spec.max_requests_in_flight, adaptive=spec.adaptive_concurrency
+    )
 
 
 def _check_cancelled(usage: Usage | None) -> None:

@@ -581,3 +581,21 @@ def test_a_spent_budget_holds_retries_not_the_first_attempts_it_admitted(mock_se
         hold_new_prompts(False)
     assert outcome.row["completed"] is True and outcome.row["api_calls"] == 3
     assert _requests_for(mock_server, prompt) == 3 and _requests_for(mock_server, prompt + " (retry)") == 0
+
+
+def test_a_limiter_handed_to_run_prompt_is_the_one_its_requests_take():
+    # no limit in the spec (so no limiter of this process's own): the handed one bounds the
+    # mixture_of_agents' parallel reference calls to 1 in flight
+    from hermes_core.limiter import ConcurrencyLimiter
+
+    refs = ["mock/a?latency_ms=300&cost=0.001", "mock/b?latency_ms=300&cost=0.001"]
+    settings = HermesSettings(api_key=None, max_retries=0, request_timeout=30, moa_reference_models=refs)
+    with MockServer() as server:
+        spec = _spec(server, "mock/scripted?scenario=moa&cost=0.001", toolsets=("moa",))
+        assert spec.max_requests_in_flight is None
+        outcome = run_prompt(
+            _job("Which is larger, 2^10 or 10^3?"), spec, settings, limiter=ConcurrencyLimiter(1)
+        )
+        stats = server.stats()
+    assert outcome.row["tool_stats"]["mixture_of_agents"] == {"count": 1, "success": 1, "failure": 0}
+    assert stats["requests"] == 5 and stats["peak_in_flight"] == 1
