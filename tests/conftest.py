@@ -21,11 +21,20 @@ SHARED_HOST_FIXTURES = {"internet": "host-network"}
 """Fixtures that hold a fixed host resource (``internet``: a network namespace at 198.51.100.2), with the
 pytest-xdist group their tests share, so that ``-n N --dist loadgroup`` runs them one at a time on one worker."""
 
+SHARED_HOST_FILES = {
+    "test_docker_environment.py": "host-network",
+    "test_sandboxes_docker_flow.py": "host-network",
+    "test_sandbox_boundary.py": "host-network",
+}
+"""Test files run on one worker (one xdist group): the tests that stop, reap and count containers on the one
+Docker engine, and the network boundary tests (network namespaces, veth pairs, slirp4netns). Run side by side
+on several workers, containers stopped and ``ip netns exec`` failed (EINVAL); one at a time they pass."""
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, and put
-    the tests of a fixed host resource in one xdist group (``SHARED_HOST_FIXTURES``).
+    the tests of a fixed host resource in one xdist group (``SHARED_HOST_FIXTURES``, ``SHARED_HOST_FILES``).
 
     Runs before pytest's ``-m`` selection and before pytest-xdist reads the groups (tryfirst).
     """
@@ -36,6 +45,8 @@ def pytest_collection_modifyitems(config, items):
         for fixture, group in SHARED_HOST_FIXTURES.items():
             if fixture in used:
                 item.add_marker(pytest.mark.xdist_group(group))
+        if item.path.name in SHARED_HOST_FILES:
+            item.add_marker(pytest.mark.xdist_group(SHARED_HOST_FILES[item.path.name]))
 
 
 @pytest.fixture(autouse=True)
