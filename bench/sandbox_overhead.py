@@ -29,7 +29,7 @@ import os
 import statistics
 import time
 
-from hermes_core.environments import _native_agent
+from hermes_core.environments import native_agent
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.settings import HermesSettings
 
@@ -53,7 +53,7 @@ def use_agent(agent: str | None) -> None:
     """Make the next sandboxes use ``agent`` (``python`` / ``native``; None: leave the default)."""
     if agent:
         os.environ["HERMES_SANDBOX_AGENT"] = agent
-        _native_agent.clear_cache()
+        native_agent.clear_cache()
 
 
 def settings_for(isolation: str, network: str = "outbound") -> HermesSettings:
@@ -176,7 +176,7 @@ def main() -> None:
     )
     parser.add_argument("--skip-latency", action="store_true", help="only the CPU table")
     args = parser.parse_args()
-    print(f"native agent: {_native_agent.native_agent() or 'not available'}; {os.cpu_count()} CPUs\n")
+    print(f"native agent: {native_agent.native_agent() or 'not available'}; {os.cpu_count()} CPUs\n")
 
     if not args.skip_latency:
         latency_table(args.n)

@@ -22,8 +22,8 @@ import argparse
 import time
 from collections.abc import Callable
 
-from hermes_core.tools.file import _apply_hunks, _diff, _find_block
-from hermes_core.tools.terminal import _exit_code_meaning
+from hermes_core.tools.file import apply_hunks, find_block, unified_diff
+from hermes_core.tools.terminal import exit_code_meaning
 
 
 def _best(fn: Callable[[], object], repeat: int) -> float:
@@ -49,13 +49,15 @@ def main() -> None:
     ]
     command = "echo " + "a" * 50_000_000
     cases = {
-        "patch: absent 1,000-line block in 200,000 lines": lambda: _find_block(
+        "patch: absent 1,000-line block in 200,000 lines": lambda: find_block(
             {}, equal, ["x"] * 999 + ["y"], 0
         ),
-        "patch: 1,000 hunks on 100,000 lines": lambda: _apply_hunks("f", numbered, hunks),
-        "diff: 100,000 lines, every second changed": lambda: _diff("f", numbered, half_changed, 50_000),
-        "diff: 100,000 lines, one changed": lambda: _diff("f", numbered, one_changed, 50_000),
-        "exit code meaning: 50 MB command": lambda: _exit_code_meaning(command, 127),
+        "patch: 1,000 hunks on 100,000 lines": lambda: apply_hunks("f", numbered, hunks),
+        "diff: 100,000 lines, every second changed": lambda: unified_diff(
+            "f", numbered, half_changed, 50_000
+        ),
+        "diff: 100,000 lines, one changed": lambda: unified_diff("f", numbered, one_changed, 50_000),
+        "exit code meaning: 50 MB command": lambda: exit_code_meaning(command, 127),
     }
     for name, fn in cases.items():
         print(f"{name:<52} {_best(fn, repeat):8.3f} s")

@@ -25,7 +25,7 @@ import orjson
 
 from hermes_core.redaction import valid_text
 
-__all__ = ["Dataset", "DatasetError", "PromptRecord", "read_dataset"]
+__all__ = ["Dataset", "DatasetError", "PromptRecord", "canonical_json", "fast_canonical_json", "read_dataset"]
 
 _MAX_LISTED_ERRORS = 10
 _BLOCK_BYTES = 8 << 20  # bytes read at a time: bounds the reader's memory to a block and a line
@@ -277,7 +277,7 @@ def _read(file: Path, path: str | Path, max_samples: int | None, skip_invalid: b
         for line_no, offset, raw in _iter_lines(fh, digest):
             if line_no == 1 and raw.startswith(_BOM):
                 raw, offset = raw[len(_BOM) :], offset + len(_BOM)
-            obj, canonical = _fast_canonical(raw)
+            obj, canonical = fast_canonical_json(raw)
             if obj is None:  # the exact path: errors, floats, big numbers, odd whitespace
                 try:
                     text = raw.decode("utf-8")
@@ -290,7 +290,7 @@ def _read(file: Path, path: str | Path, max_samples: int | None, skip_invalid: b
                     continue
                 obj, reason = _parse(text)
                 if reason is None:
-                    canonical = _canonical(obj)
+                    canonical = canonical_json(obj)
             else:
                 reason = _check(obj)
             if reason is not None:
@@ -354,15 +354,15 @@ def _iter_lines(fh, digest) -> Iterator[tuple[int, int, bytes]]:
         yield line_no + 1, base, rest[:-1] if rest.endswith(b"\r") else rest
 
 
-def _canonical(obj: dict[str, Any]) -> bytes:
+def canonical_json(obj: dict[str, Any]) -> bytes:
     """The record's canonical JSON (sorted keys, no spaces, UTF-8): what its content key hashes."""
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _fast_canonical(raw: bytes) -> tuple[dict[str, Any], bytes] | tuple[None, None]:
+def fast_canonical_json(raw: bytes) -> tuple[dict[str, Any], bytes] | tuple[None, None]:
     """``(record, canonical JSON)`` by orjson (3-4x faster than :mod:`json`), or ``(None, None)``.
 
-    orjson's sorted compact output is byte-for-byte :func:`_canonical` for objects of strings,
+    orjson's sorted compact output is byte-for-byte :func:`canonical_json` for objects of strings,
     integers, booleans, nulls, lists and objects (tests/test_dataset.py checks it); for floats
     (written differently, e.g. ``1e-05``), integers beyond 64 bits (read as floats), a line that
     is not a JSON object or not valid for orjson (NaN, lone surrogates, bad UTF-8, a blank line)

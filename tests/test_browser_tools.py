@@ -15,10 +15,9 @@ import pytest
 
 from hermes_core.environments import create_environment
 from hermes_core.settings import HermesSettings
-from hermes_core.tools import REGISTRY, TOOLSETS, ToolContext, offered_tools
-from hermes_core.tools._browser_session import HOST
-from hermes_core.tools._registry import ModelEndpoint
+from hermes_core.tools import REGISTRY, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.tools.browser import compact_snapshot
+from hermes_core.tools.browser_session import HOST
 
 LOCAL = {"web_block_private_addresses": False}
 
@@ -192,7 +191,7 @@ def test_navigation_policy(prompt, site):
 @pytest.mark.parametrize(("guard", "outcome"), [(True, "blocked"), (False, "ok 0")])
 def test_guard_blocks_requests_to_private_addresses(site, guard, outcome):
     """With the guard on, every request of the context to loopback is aborted, not only navigations."""
-    from hermes_core.tools.browser import _session
+    from hermes_core.tools.browser import prompt_session
 
     with create_environment("local") as env:
         p = Prompt(env, web_block_private_addresses=guard)
@@ -200,7 +199,7 @@ def test_guard_blocks_requests_to_private_addresses(site, guard, outcome):
             fetch = (
                 f"fetch('{site}/index.html', {{mode: 'no-cors'}}).then(r => 'ok ' + r.status, e => 'blocked')"
             )
-            assert _session(p.ctx).call(lambda page: page.evaluate(fetch), 10) == outcome
+            assert prompt_session(p.ctx).call(lambda page: page.evaluate(fetch), 10) == outcome
         finally:
             p.close()
 

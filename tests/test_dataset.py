@@ -231,7 +231,7 @@ def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
     """Identities never depend on orjson: its form equals json's, else the exact path is taken."""
     import random
 
-    from hermes_core.dataset import _canonical, _fast_canonical
+    from hermes_core.dataset import canonical_json, fast_canonical_json
 
     rng = random.Random(3)
     alphabet = [
@@ -242,11 +242,11 @@ def test_fast_canonical_form_is_the_exact_one_or_declines(tmp_path):
         key = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 3)))
         obj = {"prompt": text, key: [text, 0, -5, True, None, {"z": text, "a": []}], "n": 2**63 - 1}
         line = json.dumps(obj, ensure_ascii=rng.random() < 0.5).encode()
-        fast, canonical = _fast_canonical(line)
-        assert fast == json.loads(line) and canonical == _canonical(json.loads(line))
+        fast, canonical = fast_canonical_json(line)
+        assert fast == json.loads(line) and canonical == canonical_json(json.loads(line))
     for declined in [b'{"x": 1.5}', b'{"x": [1e-05]}', b'{"x": 18446744073709551616}', b'{"x": NaN}',
                      b'{"x": "\\ud800"}', b"[1]", b"\xe9", b"  ", b"{bad"]:  # fmt: skip
-        assert _fast_canonical(declined) == (None, None)
+        assert fast_canonical_json(declined) == (None, None)
     # records that take the exact path keep their exact identities
     lines = [{"prompt": "f", "score": 0.1}, {"prompt": "big", "n": 2**70}]
     ds = read_dataset(_write(tmp_path, "".join(json.dumps(x) + "\n" for x in lines)))

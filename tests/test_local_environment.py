@@ -195,7 +195,7 @@ def test_waiting_on_a_descriptor_above_1024_works():
     import os
     import socket
 
-    from hermes_core.environments._poll import readable
+    from hermes_core.environments.poll import readable
 
     filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
     a, b = socket.socketpair()

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_core.environments import _native_agent
-from hermes_core.environments._bwrap import AGENT, NATIVE_AGENT_PATH, BwrapSandbox, command_spec
+from hermes_core.environments import native_agent
+from hermes_core.environments.bwrap import AGENT, NATIVE_AGENT_PATH, BwrapSandbox, command_spec
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -48,9 +48,9 @@ def agent(request, monkeypatch) -> str:
     if request.param == "native" and COMPILER is None and not IN_CI:
         pytest.skip("no C compiler (cc or gcc)")
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", request.param)
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     yield request.param
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
 
 
 @pytest.fixture
@@ -58,9 +58,9 @@ def fresh_cache(tmp_path, monkeypatch) -> Path:
     """An empty ``XDG_CACHE_HOME``; yields the agent's cache folder in it (not made yet)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("HERMES_SANDBOX_AGENT", raising=False)
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     yield tmp_path / "cache" / "hermes-batch"
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
 
 
 def wait_gone(needle: str, seconds: float = 5.0) -> list[int]:
@@ -167,7 +167,7 @@ def start_agent_outside_a_sandbox(agent: str, **popen) -> tuple[subprocess.Popen
     """The agent as a plain host process (no bubblewrap init to kill what it leaves), and our socket end."""
     host, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = (
-        [_native_agent.native_agent()] if agent == "native" else [sys.executable, "-I", "-S", "-c", AGENT]
+        [native_agent.native_agent()] if agent == "native" else [sys.executable, "-I", "-S", "-c", AGENT]
     )
     proc = subprocess.Popen([*program, str(theirs.fileno())], pass_fds=[theirs.fileno()], **popen)
     theirs.close()
@@ -456,7 +456,7 @@ def test_the_process_list_shows_the_agent_in_use(agent):
 def test_the_native_agent_s_folder_does_not_show_the_host_home(agent):
     with LocalEnvironment(settings=ISOLATED) as env:
         assert env.execute("ls /root /home 2>&1 | wc -l").output == "2\n"
-        seen = env.execute(f"ls {_native_agent.cache_folder()} 2>&1; ls /opt 2>&1").output
+        seen = env.execute(f"ls {native_agent.cache_folder()} 2>&1; ls /opt 2>&1").output
     assert "sandbox-agent-" not in seen
 
 
@@ -468,11 +468,11 @@ def test_the_agent_compiles_without_warnings(tmp_path):
     done = subprocess.run(
         [
             COMPILER,
-            *_native_agent.CFLAGS,
+            *native_agent.CFLAGS,
             "-Werror",
             "-o",
             str(tmp_path / "agent"),
-            str(_native_agent.SOURCE),
+            str(native_agent.SOURCE),
         ],
         capture_output=True,
         text=True,
@@ -483,28 +483,28 @@ def test_the_agent_compiles_without_warnings(tmp_path):
 def test_the_source_ships_in_the_package():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "*.c" in data["hermes_core.environments"]
-    assert _native_agent.SOURCE.is_file()
+    assert native_agent.SOURCE.is_file()
 
 
 @needs_compiler
 def test_it_is_built_once_into_a_private_cache_named_by_the_source_hash(fresh_cache, monkeypatch, tmp_path):
-    path = _native_agent.native_agent()
+    path = native_agent.native_agent()
     assert path is not None and Path(path).parent == fresh_cache
     assert Path(path).name.startswith("sandbox-agent-") and len(Path(path).name) == len("sandbox-agent-") + 16
     assert stat.S_IMODE(os.stat(fresh_cache).st_mode) == 0o700
     assert os.access(path, os.X_OK) and os.listdir(fresh_cache) == [Path(path).name]  # no temporary left
     built = os.stat(path).st_mtime_ns
-    calls, build = [], _native_agent.build_agent
-    monkeypatch.setattr(_native_agent, "build_agent", lambda *args: calls.append(args) or (None, "no"))
-    assert _native_agent.native_agent() == path and calls == []  # answered from memory
-    monkeypatch.setattr(_native_agent, "build_agent", build)
-    _native_agent.clear_cache()
-    assert _native_agent.native_agent() == path and os.stat(path).st_mtime_ns == built  # found, not rebuilt
+    calls, build = [], native_agent.build_agent
+    monkeypatch.setattr(native_agent, "build_agent", lambda *args: calls.append(args) or (None, "no"))
+    assert native_agent.native_agent() == path and calls == []  # answered from memory
+    monkeypatch.setattr(native_agent, "build_agent", build)
+    native_agent.clear_cache()
+    assert native_agent.native_agent() == path and os.stat(path).st_mtime_ns == built  # found, not rebuilt
     changed = tmp_path / "sandbox_agent.c"
-    changed.write_bytes(_native_agent.SOURCE.read_bytes() + b"/* changed */\n")
-    monkeypatch.setattr(_native_agent, "SOURCE", changed)
-    _native_agent.clear_cache()
-    rebuilt = _native_agent.native_agent()
+    changed.write_bytes(native_agent.SOURCE.read_bytes() + b"/* changed */\n")
+    monkeypatch.setattr(native_agent, "SOURCE", changed)
+    native_agent.clear_cache()
+    rebuilt = native_agent.native_agent()
     assert rebuilt not in (None, path) and sorted(os.listdir(fresh_cache)) == sorted(
         [Path(path).name, Path(rebuilt).name]
     )
@@ -512,7 +512,7 @@ def test_it_is_built_once_into_a_private_cache_named_by_the_source_hash(fresh_ca
 
 @needs_compiler
 def test_processes_building_at_once_all_get_a_whole_agent(fresh_cache):
-    code = "from hermes_core.environments._native_agent import native_agent; print(native_agent())"
+    code = "from hermes_core.environments.native_agent import native_agent; print(native_agent())"
     env = {**os.environ, "HERMES_SANDBOX_AGENT": "native"}
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
@@ -530,70 +530,70 @@ def test_the_python_agent_when_asked_or_when_the_native_one_cannot_be_built(
     fresh_cache, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "python")
-    assert _native_agent.native_agent() is None and not fresh_cache.exists()  # not even built
+    assert native_agent.native_agent() is None and not fresh_cache.exists()  # not even built
     which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name: None if name in ("cc", "gcc") else which(name))
     for mode in ("auto", "native"):
         monkeypatch.setenv("HERMES_SANDBOX_AGENT", mode)
-        _native_agent.clear_cache()
+        native_agent.clear_cache()
         if mode == "auto":
-            assert _native_agent.native_agent() is None
+            assert native_agent.native_agent() is None
         else:
             with pytest.raises(SandboxError, match="no C compiler"):
-                _native_agent.native_agent()
+                native_agent.native_agent()
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "fast")
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     with pytest.raises(SandboxError, match="(?s)invalid sandbox settings.*'auto', 'native' or 'python'"):
-        _native_agent.native_agent()
+        native_agent.native_agent()
     with pytest.raises(SandboxError, match="must be auto, native or python, not 'fast'"):
-        _native_agent.native_agent("fast")
+        native_agent.native_agent("fast")
 
 
 @needs_compiler
 def test_a_failing_build_falls_back_or_fails_loudly(fresh_cache, monkeypatch, tmp_path):
     broken = tmp_path / "sandbox_agent.c"
     broken.write_text("int main(void) { return undeclared; }\n")
-    monkeypatch.setattr(_native_agent, "SOURCE", broken)
-    assert _native_agent.native_agent() is None
+    monkeypatch.setattr(native_agent, "SOURCE", broken)
+    assert native_agent.native_agent() is None
     assert os.listdir(fresh_cache) == []  # the temporary file is gone
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "native")
-    _native_agent.clear_cache()  # the setting is read once per process
+    native_agent.clear_cache()  # the setting is read once per process
     with pytest.raises(SandboxError, match="undeclared"):
-        _native_agent.native_agent()
+        native_agent.native_agent()
 
 
 def test_a_cache_folder_that_is_not_safely_ours_is_not_used(fresh_cache, monkeypatch):
     fresh_cache.mkdir(parents=True)
     fresh_cache.chmod(0o777)
-    assert _native_agent.native_agent() is None
+    assert native_agent.native_agent() is None
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "native")
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     with pytest.raises(SandboxError, match="writable by other users"):
-        _native_agent.native_agent()
+        native_agent.native_agent()
     fresh_cache.rmdir()
     fresh_cache.symlink_to(fresh_cache.parent)
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     with pytest.raises(SandboxError, match="is not a folder"):
-        _native_agent.native_agent()
+        native_agent.native_agent()
     if os.geteuid() == 0:
         fresh_cache.unlink()
         fresh_cache.mkdir(mode=0o700)
         os.chown(fresh_cache, 12345, 12345)
-        _native_agent.clear_cache()
+        native_agent.clear_cache()
         with pytest.raises(SandboxError, match="another user"):
-            _native_agent.native_agent()
+            native_agent.native_agent()
 
 
 @needs_compiler
 def test_a_planted_agent_file_is_not_run(fresh_cache, monkeypatch):
-    path = _native_agent.native_agent()
+    path = native_agent.native_agent()
     os.chmod(path, 0o777)  # now anyone could have replaced it
-    _native_agent.clear_cache()
-    assert _native_agent.native_agent() is None
+    native_agent.clear_cache()
+    assert native_agent.native_agent() is None
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "native")
-    _native_agent.clear_cache()
+    native_agent.clear_cache()
     with pytest.raises(SandboxError, match="writable by other users"):
-        _native_agent.native_agent()
+        native_agent.native_agent()
 
 
 FALLBACK_PROBE = """

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_core.environments._outbound import BLOCKED_NETWORKS, host_addresses, sandbox_routes
 from hermes_core.environments.isolation import network_warning, outbound_problem
 from hermes_core.environments.local import LocalEnvironment
+from hermes_core.environments.outbound import BLOCKED_NETWORKS, host_addresses, sandbox_routes
 from hermes_core.environments.workdir import cwd_problem, prepare_workdir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings

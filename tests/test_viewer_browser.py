@@ -12,7 +12,7 @@ from run_folders import XSS, build_run
 
 from flows.viewer.app import create_app
 from hermes_core.settings import HermesSettings
-from hermes_core.tools._browser_session import CHROMIUM_ARGS, find_chromium
+from hermes_core.tools.browser_session import CHROMIUM_ARGS, find_chromium
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM = find_chromium(HermesSettings())

@@ -13,8 +13,7 @@ from werkzeug import Response
 
 from hermes_core.mockllm import MockServer
 from hermes_core.settings import HermesSettings
-from hermes_core.tools import REGISTRY, ToolContext, offered_tools
-from hermes_core.tools._registry import ModelEndpoint
+from hermes_core.tools import REGISTRY, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.tools.moa import APOLOGY
 from tests.conftest import conversation_key
 from tests.fixtures.servers import PAGES

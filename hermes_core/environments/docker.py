@@ -41,7 +41,6 @@ import docker
 import docker.errors
 
 from hermes_core.environments import ContainerSandbox, ExecResult
-from hermes_core.environments._poll import readable
 from hermes_core.environments._scripts import READ_SH, RUN_SH, file_argv, os_error
 from hermes_core.environments.docker_engine import (
     ENGINE_ERRORS,
@@ -56,6 +55,7 @@ from hermes_core.environments.docker_engine import (
     start_slots,
 )
 from hermes_core.environments.output import BoundedOutput
+from hermes_core.environments.poll import readable
 from hermes_core.environments.sandbox_env import listed_environment
 from hermes_core.exceptions import SandboxError
 

@@ -39,7 +39,7 @@ def bwrap_problem() -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def _probe(bwrap: str, network: str) -> str | None:
-    from hermes_core.environments._bwrap import BwrapSandbox
+    from hermes_core.environments.bwrap import BwrapSandbox
 
     home = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-"))
     tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-tmp-"))
@@ -65,7 +65,7 @@ def outbound_problem() -> str | None:
 
     Probes once per process by starting a real sandbox with it (after :func:`bwrap_problem`).
     """
-    from hermes_core.environments._outbound import slirp4netns_path
+    from hermes_core.environments.outbound import slirp4netns_path
 
     bwrap = shutil.which("bwrap")
     if not bwrap:

@@ -5,10 +5,10 @@ state: no ``os.chdir``, no environment mutation.
 
 Isolation (``settings.local_isolation``, see :mod:`hermes_core.environments.isolation`): under
 bubblewrap (``auto`` with a working ``bwrap``, or ``bwrap``) each prompt gets one long-lived
-sandbox (:class:`~hermes_core.environments._bwrap.BwrapSandbox`): read-only system, only the
+sandbox (:class:`~hermes_core.environments.bwrap.BwrapSandbox`): read-only system, only the
 prompt's folder (its ``HOME``) and a private ``/tmp`` writable, its own pid namespace, no host
 home folders, run folder, other prompts or Docker socket; network as ``settings.sandbox_network``
-(``outbound``: the internet only, :mod:`hermes_core.environments._outbound`). The sandbox starts
+(``outbound``: the internet only, :mod:`hermes_core.environments.outbound`). The sandbox starts
 at the prompt's first command or file access, not before: a prompt that never uses it pays
 nothing. Background processes live on between commands; :meth:`close` kills every process of
 the prompt. The file methods are carried out *inside* the sandbox (its agent opens the file and
@@ -42,7 +42,7 @@ import threading
 import time
 
 from hermes_core.environments import ExecResult, SandboxLifecycle
-from hermes_core.environments._bwrap import BwrapSandbox
+from hermes_core.environments.bwrap import BwrapSandbox
 from hermes_core.environments.isolation import bwrap_problem, sandbox_network, uses_bwrap
 from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import local_environment

@@ -1,4 +1,4 @@
-/* The native agent of a hermes-batch bubblewrap sandbox (hermes_core/environments/_bwrap.py).
+/* The native agent of a hermes-batch bubblewrap sandbox (hermes_core/environments/bwrap.py).
  *
  * Same protocol and behaviour as the Python agent there (its AGENT string); it only starts
  * faster. argv[1] is the number of a SOCK_SEQPACKET socket to the host; one message a datagram:

@@ -1,6 +1,6 @@
 """Toolset ``browser``: the ten ``browser_*`` tools (the Hermes agent's reference tools, docs/toolsets.md) on a real headless Chromium.
 
-Playwright drives the system's Chromium (:mod:`hermes_core.tools._browser_session`:
+Playwright drives the system's Chromium (:mod:`hermes_core.tools.browser_session`:
 one browser per process, one context per prompt, closed at the prompt's
 teardown). ``browser_snapshot`` is Playwright's accessibility snapshot in its
 ``ai`` mode, where every element carries ``[ref=eN]``; the model names elements
@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 from hermes_core.exceptions import ConfigError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import _aux_model
-from hermes_core.tools._browser_session import BrowserError, BrowserSession
-from hermes_core.tools._browser_session import unavailable_reason as _browser_unavailable
 from hermes_core.tools._http import blocked_reason
 from hermes_core.tools._registry import ToolContext, tool
+from hermes_core.tools.browser_session import BrowserError, BrowserSession
+from hermes_core.tools.browser_session import unavailable_reason as _browser_unavailable
 from hermes_core.tools.vision import ImageError, ask_vision_model, to_data_url
 from hermes_core.tools.vision import unavailable_reason as _vision_unavailable
 
@@ -115,7 +115,7 @@ def navigation_problem(url: str, settings: HermesSettings) -> str | None:
     return None
 
 
-def _session(ctx: ToolContext) -> BrowserSession:
+def prompt_session(ctx: ToolContext) -> BrowserSession:
     """The prompt's browser session, created (and its teardown registered) on first use."""
     session = ctx.state.get("browser")
     if session is None:
@@ -131,7 +131,7 @@ def _run(ctx: ToolContext, action, timeout: float | None = None) -> dict:
     from playwright.async_api import Error as PlaywrightError
 
     try:
-        session = _session(ctx)
+        session = prompt_session(ctx)
         seconds = ctx.bound_timeout(timeout or ctx.settings.browser_timeout)
         return session.call(lambda page: action(session, page, seconds * 1000), seconds)
     except (BrowserError, PlaywrightError) as exc:
@@ -351,3 +351,25 @@ def browser_console(ctx: ToolContext, clear: bool = False) -> dict:
         }
 
     return _run(ctx, read)
+
+
+__all__ = [
+    "INTERACTIVE_ROLES",
+    "MAX_IMAGES",
+    "METADATA_HOSTS",
+    "SCREENSHOT_DIR",
+    "SNAPSHOT_MAX_CHARS",
+    "browser_back",
+    "browser_click",
+    "browser_console",
+    "browser_get_images",
+    "browser_navigate",
+    "browser_press",
+    "browser_scroll",
+    "browser_snapshot",
+    "browser_type",
+    "browser_vision",
+    "compact_snapshot",
+    "navigation_problem",
+    "prompt_session",
+]

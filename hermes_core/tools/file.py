@@ -332,7 +332,7 @@ def _diff_budget(ctx: ToolContext) -> int:
     return ctx.settings.tool_result_max_chars // 2
 
 
-def _diff(path: str, before: str, after: str, max_chars: int) -> str:
+def unified_diff(path: str, before: str, after: str, max_chars: int) -> str:
     """Unified diff of one file with ``a/`` and ``b/`` names ("" when unchanged), 3 lines of context.
 
     Host work is linear in the size of both texts: the lines both share at the start and at
@@ -433,7 +433,7 @@ def patch(
         )
     after = file.text.replace(old_string, new_string, -1 if replace_all else 1)
     _write_bytes(ctx, path, file.dump(after))
-    diff = _diff(path, file.text, after, _diff_budget(ctx))
+    diff = unified_diff(path, file.text, after, _diff_budget(ctx))
     return {"success": True, "diff": diff, "files_modified": [path]}
 
 
@@ -513,7 +513,7 @@ _NORMS = (None, str.rstrip, str.strip)
 """How hunk lines are compared, in order: exactly, ignoring trailing, then surrounding whitespace."""
 
 
-def _find_block(indexes: dict, lines: list[str], block: list[str], start: int) -> int:
+def find_block(indexes: dict, lines: list[str], block: list[str], start: int) -> int:
     """Index of ``block`` (non-empty) in ``lines`` at or after ``start``, else anywhere; -1 when absent.
 
     Tried exactly, then ignoring trailing whitespace, then ignoring surrounding whitespace; the
@@ -532,7 +532,7 @@ def _find_block(indexes: dict, lines: list[str], block: list[str], start: int) -
     return -1
 
 
-def _apply_hunks(path: str, text: str, body: list[str]) -> str:
+def apply_hunks(path: str, text: str, body: list[str]) -> str:
     """Apply the ``@@`` hunks of one ``Update File`` section to ``text``.
 
     As in OpenAI's reference ``apply_patch``, every hunk is found in the original text, each
@@ -577,7 +577,7 @@ def _apply_hunks(path: str, text: str, body: list[str]) -> str:
         if not old:
             at = start + 1 if hint and start < len(lines) and hint.strip() in lines[start] else len(lines)
         else:
-            at = _find_block(indexes, lines, old, start)
+            at = find_block(indexes, lines, old, start)
             if at < 0:
                 shown = "\n".join(old[:5])
                 raise ToolError(
@@ -620,7 +620,7 @@ def _apply_v4a(ctx: ToolContext, patch_text: str) -> dict:
         elif op.kind == "delete":
             after[op.path] = None
         else:
-            after[op.path] = _apply_hunks(op.path, current, op.body)
+            after[op.path] = apply_hunks(op.path, current, op.body)
     modified, created, deleted, diffs = [], [], [], []
     for path, new in after.items():
         old = before[path]
@@ -635,7 +635,7 @@ def _apply_v4a(ctx: ToolContext, patch_text: str) -> dict:
             _write_bytes(ctx, path, old.dump(new) if old else new.encode("utf-8"))
             (modified if old else created).append(path)
         budget = _diff_budget(ctx) - sum(map(len, diffs))
-        diffs.append(_diff(path, old.text if old else "", new or "", max(budget, 0)))
+        diffs.append(unified_diff(path, old.text if old else "", new or "", max(budget, 0)))
     return {
         "success": True,
         "diff": "".join(diffs),
@@ -821,3 +821,19 @@ def search_files(
     if truncated:
         reply["hint"] = f"Results truncated. Use offset={offset + limit} to see more."
     return reply
+
+
+__all__ = [
+    "MAX_DIFF_LINES",
+    "MAX_HUNKS",
+    "MAX_LINE_CHARS",
+    "MAX_MATCH_CHARS",
+    "MAX_PATCH_BYTES",
+    "apply_hunks",
+    "find_block",
+    "patch",
+    "read_file",
+    "search_files",
+    "unified_diff",
+    "write_file",
+]

@@ -54,10 +54,10 @@ MAX_COMMAND_BYTES = 128 * 1024 - 1
 (MAX_ARG_STRLEN, 128 KiB), and every backend runs the command as ``sh -c COMMAND``."""
 
 _MEANING_TAIL = 4096
-""":func:`_exit_code_meaning` reads only this many characters at the end of a command (linear, bounded)."""
+""":func:`exit_code_meaning` reads only this many characters at the end of a command (linear, bounded)."""
 
 
-def _exit_code_meaning(command: str, code: int) -> str | None:
+def exit_code_meaning(command: str, code: int) -> str | None:
     """Meaning of a non-error exit ``code`` of the last simple command of ``command``, or None.
 
     Looks only at the last :data:`_MEANING_TAIL` characters: host work on the model's input stays
@@ -131,7 +131,7 @@ def terminal(
             "Use background=true for long-running commands.",
         }
     reply: dict = {"output": output, "exit_code": result.returncode, "error": None}
-    meaning = _exit_code_meaning(command, result.returncode) if result.returncode else None
+    meaning = exit_code_meaning(command, result.returncode) if result.returncode else None
     if meaning:
         reply["exit_code_meaning"] = meaning
     return reply
@@ -355,3 +355,14 @@ def _kill(ctx: ToolContext, proc: _Proc) -> dict:
     result = ctx.env.execute(script, timeout=ctx.bound_timeout(30))
     status = "already_exited" if "already_exited" in result.output else "killed"
     return {"status": status, "session_id": proc.session_id, "command": proc.command}
+
+
+__all__ = [
+    "MAX_BACKGROUND",
+    "MAX_COMMAND_BYTES",
+    "POLL_PREVIEW_CHARS",
+    "WAIT_OUTPUT_CHARS",
+    "exit_code_meaning",
+    "process",
+    "terminal",
+]

@@ -34,7 +34,7 @@ import struct
 import subprocess
 import threading
 
-from hermes_core.environments._poll import readable
+from hermes_core.environments.poll import readable
 from hermes_core.exceptions import SandboxError
 
 GATEWAY = "10.0.2.2"

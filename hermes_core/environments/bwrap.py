@@ -14,7 +14,7 @@ namespace's init, which makes the kernel kill every process of the prompt. When 
 process dies, the socket closes, the agent exits and the namespace goes too.
 
 Two agents speak the same protocol (:data:`AGENT`) and behave the same: the native one,
-``sandbox_agent.c`` compiled once per machine by :mod:`hermes_core.environments._native_agent`
+``sandbox_agent.c`` compiled once per machine by :mod:`hermes_core.environments.native_agent`
 (``HERMES_SANDBOX_AGENT=auto|native|python``), shown in the sandbox as
 :data:`NATIVE_AGENT_PATH`, used whenever it can be built: its start costs a fraction of a
 millisecond of CPU where starting ``python3 -I -S -c AGENT`` costs ~14 ms, per prompt; and
@@ -43,9 +43,9 @@ import tempfile
 import threading
 import time
 
-from hermes_core.environments._native_agent import native_agent
-from hermes_core.environments._outbound import OutboundNetwork, resolv_conf
-from hermes_core.environments._poll import readable
+from hermes_core.environments.native_agent import native_agent
+from hermes_core.environments.outbound import OutboundNetwork, resolv_conf
+from hermes_core.environments.poll import readable
 from hermes_core.exceptions import SandboxError
 
 AGENT = r"""
@@ -278,7 +278,7 @@ def sandbox_argv(
         tmp: host folder bound writable at ``/tmp``.
         network: ``host`` keeps the host's network namespace (``--share-net``); ``outbound`` and
             ``none`` give the sandbox its own (``outbound`` then gets slirp4netns:
-            :mod:`hermes_core.environments._outbound`).
+            :mod:`hermes_core.environments.outbound`).
         extra_ro: more host folders bound read-only at the same path.
         resolv: a host file shown as ``/etc/resolv.conf`` (the outbound network's name server), or None.
         agent_file: the host file of the native agent, bound read-only at :data:`NATIVE_AGENT_PATH`, or None.
@@ -364,7 +364,7 @@ class BwrapSandbox:
 
     Raises:
         SandboxError: ``HERMES_SANDBOX_AGENT=native`` and the native agent cannot be built
-            (:func:`~hermes_core.environments._native_agent.native_agent`).
+            (:func:`~hermes_core.environments.native_agent.native_agent`).
     """
 
     def __init__(
@@ -774,3 +774,14 @@ def _read_child_pid(fd: int) -> int:
 def _within(path: str, root: str) -> bool:
     """True when absolute ``path`` is ``root`` or below it."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+__all__ = [
+    "AGENT",
+    "NATIVE_AGENT_PATH",
+    "BwrapSandbox",
+    "SandboxProcess",
+    "agent_interpreter",
+    "command_spec",
+    "sandbox_argv",
+]

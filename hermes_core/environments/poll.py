@@ -17,3 +17,6 @@ def readable(fd: Any, timeout: float | None) -> bool:
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLPRI)
     return bool(poller.poll(None if timeout is None else max(timeout, 0.0) * 1000))
+
+
+__all__ = ["readable"]

@@ -1,6 +1,6 @@
 """The native (C) agent of the bubblewrap sandboxes: built once per machine, used when it can be.
 
-Every prompt's sandbox runs an agent (:mod:`hermes_core.environments._bwrap`). The Python one
+Every prompt's sandbox runs an agent (:mod:`hermes_core.environments.bwrap`). The Python one
 costs ~14 ms of CPU to start, per prompt; ``sandbox_agent.c`` (next to this file, same protocol
 and behaviour) costs well under one. :func:`native_agent` compiles it with the system C compiler
 (``cc``, else ``gcc``; hardened: fortified, stack protector, PIE, full RELRO) into
@@ -228,3 +228,15 @@ def _unsafe(path: str, *, directory: bool) -> str | None:
         except OSError as exc:
             return f"cannot make {path} private: {exc.strerror}"
     return None
+
+
+__all__ = [
+    "CFLAGS",
+    "SOURCE",
+    "USAGE_EXIT",
+    "agent_mode",
+    "build_agent",
+    "cache_folder",
+    "clear_cache",
+    "native_agent",
+]

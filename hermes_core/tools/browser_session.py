@@ -292,3 +292,15 @@ class BrowserSession:
             pass
         finally:
             self.host.release_slot()
+
+
+__all__ = [
+    "CHROMIUM_ARGS",
+    "HOST",
+    "MAX_LOG_ENTRIES",
+    "BrowserError",
+    "BrowserHost",
+    "BrowserSession",
+    "find_chromium",
+    "unavailable_reason",
+]
