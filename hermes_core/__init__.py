@@ -1,9 +1,10 @@
 """hermes_core: the Hermes agent library. It does not import Prefect.
 
-What ``flows/`` and ``tasks/`` use is re-exported here; modules with a leading
-underscore are private. Names are imported on first use (PEP 562), so ``import hermes_core``
-(or any of its light modules, e.g. ``hermes_core.exceptions``) loads no model client, web
-framework, browser driver or tool backend.
+The names most callers need are re-exported here; every public module lists its own in
+``__all__``, and modules or names with a leading underscore are private to their package
+(docs/architecture.md, "hermes_core's public API"). Names are imported on first use (PEP 562),
+so ``import hermes_core`` (or any of its light modules, e.g. ``hermes_core.exceptions``) loads
+no model client, web framework, browser driver or tool backend.
 """
 
 import importlib
@@ -32,7 +33,7 @@ _PUBLIC: dict[str, str] = {
     "SandboxError": "hermes_core.exceptions",
     "TOOLSETS": "hermes_core.tools",
     "ToolError": "hermes_core.exceptions",
-    "Usage": "hermes_core.client",
+    "Usage": "hermes_core.usage",
     "create_environment": "hermes_core.environments",
     "format_distributions": "hermes_core.distributions",
     "get_distribution": "hermes_core.distributions",

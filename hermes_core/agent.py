@@ -214,3 +214,6 @@ def _wire(message: dict[str, Any]) -> dict[str, Any]:
     if message.get("tool_calls"):
         wire["tool_calls"] = message["tool_calls"]
     return wire
+
+
+__all__ = ["Agent", "AgentConfig", "AgentResult"]

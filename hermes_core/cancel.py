@@ -154,3 +154,15 @@ def call_interruptibly(fn: Callable[[], T]) -> T:
     if not ok:
         raise value
     return value
+
+
+__all__ = [
+    "call_interruptibly",
+    "cancel_running",
+    "check_cancelled",
+    "check_may_start",
+    "hold_new_prompts",
+    "is_cancelled",
+    "sleep",
+    "tracked",
+]

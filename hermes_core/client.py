@@ -485,3 +485,21 @@ def _describe(exc: openai.APIStatusError) -> str:
         err = body.get("error", body)
         message = err.get("message") if isinstance(err, dict) else str(err)
     return f"HTTP {exc.status_code}: {message or exc.message}"
+
+
+__all__ = [
+    "CONNECTION_LIMITS",
+    "DEFAULT_MODEL",
+    "INITIAL_RETRY_DELAY",
+    "MAX_RETRY_AFTER",
+    "MAX_RETRY_DELAY",
+    "REQUESTS_PER_HTTP_CLIENT",
+    "HttpClients",
+    "ModelClient",
+    "ModelOptions",
+    "ModelTurn",
+    "ProviderSort",
+    "ReasoningEffort",
+    "http_clients",
+    "reports_cost",
+]

@@ -110,3 +110,13 @@ def format_distributions() -> str:
             lines.append(f"    {toolset:<10} : {pct:3d}% chance")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "Distribution",
+    "format_distributions",
+    "get_distribution",
+    "prompt_rng",
+    "sample_toolsets",
+]

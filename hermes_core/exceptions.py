@@ -174,3 +174,19 @@ class RepeatedToolErrors(AgentStop):
     """``max_consecutive_tool_errors`` (3) tool calls in a row named an unknown tool or had invalid JSON arguments."""
 
     partial = True
+
+
+__all__ = [
+    "AgentStop",
+    "ConfigError",
+    "HermesError",
+    "ModelError",
+    "OutputTruncated",
+    "PromptCancelled",
+    "PromptTimeout",
+    "RepeatedToolErrors",
+    "SandboxError",
+    "ToolError",
+    "TurnLimitReached",
+    "UnexpectedError",
+]

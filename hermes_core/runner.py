@@ -257,3 +257,6 @@ def build_row(
         "tool_stats": tool_stats,
         "tool_error_counts": tool_error_counts,
     }
+
+
+__all__ = ["PromptJob", "PromptOutcome", "RunSpec", "build_row", "run_prompt", "unavailable_tools"]

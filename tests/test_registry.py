@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -115,12 +113,6 @@ def test_invalid_arguments_become_an_error_result_naming_the_field():
         assert "command" in result["error"] and "timeout" in result["error"]
         ok = json.loads(REGISTRY["terminal"].invoke(ctx, {"command": "echo hi"}))
         assert ok == {"output": "hi", "exit_code": 0, "error": None}
-
-
-def test_hermes_core_does_not_import_prefect():
-    code = "import sys, hermes_core, hermes_core.runner, hermes_core.mockllm; print('prefect' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
 
 
 def test_unknown_toolset_is_a_config_error():

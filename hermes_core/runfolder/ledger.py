@@ -452,3 +452,15 @@ def _read_json(path: Path) -> Any:
     if not path.exists():
         return None
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+__all__ = [
+    "CHECKPOINT_COST_MULTIPLE",
+    "CHECKPOINT_INTERVAL",
+    "BatchState",
+    "RunInUseError",
+    "RunLedger",
+    "RunLock",
+    "now_iso",
+    "row_prompt_id",
+]

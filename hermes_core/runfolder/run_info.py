@@ -283,3 +283,24 @@ def iter_jobs(
 def jobs_of(dataset: Dataset, settings_hash: str) -> list[PromptJob]:
     """Every record as a prompt job, in memory (for small datasets: tests, tools; the flow uses :func:`iter_jobs`)."""
     return list(iter_jobs(dataset, settings_hash))
+
+
+__all__ = [
+    "KEPT_AS_DIGEST",
+    "RunInfo",
+    "RunStateError",
+    "check_run_dir",
+    "clear_run_dir",
+    "finish_invocation",
+    "has_outputs",
+    "iter_jobs",
+    "job_of",
+    "jobs_of",
+    "last_activity",
+    "prompt_identity",
+    "prompt_ids",
+    "read_run_info",
+    "refused_cwds",
+    "start_invocation",
+    "stored_settings",
+]

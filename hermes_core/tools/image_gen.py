@@ -136,3 +136,13 @@ def image_generate(
     except HttpError as exc:
         return _fail(f"Image generation failed ({backend}): {exc}", _error_type(exc))
     return {"success": True, "image": image, "modality": "text"}
+
+
+__all__ = [
+    "FAL_SIZES",
+    "IMAGE_DIR",
+    "OPENAI_SIZES",
+    "configured_backend",
+    "image_generate",
+    "unavailable_reason",
+]

@@ -86,3 +86,6 @@ def mixture_of_agents(ctx: ToolContext, user_prompt: str) -> dict:
     except _aux_model.AuxModelError as exc:
         return {"success": False, "response": APOLOGY, "models_used": models_used, "error": str(exc)}
     return {"success": True, "response": response, "models_used": models_used}
+
+
+__all__ = ["AGGREGATOR_PROMPT", "APOLOGY", "mixture_of_agents", "unavailable_reason"]

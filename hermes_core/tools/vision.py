@@ -146,3 +146,15 @@ def vision_analyze(ctx: ToolContext, image_url: str, question: str) -> dict:
             "analysis": f"The image could not be analysed: {exc}",
         }
     return {"success": True, "analysis": analysis}
+
+
+__all__ = [
+    "PROMPT",
+    "ImageError",
+    "ask_vision_model",
+    "load_image",
+    "sniff_mime",
+    "to_data_url",
+    "unavailable_reason",
+    "vision_analyze",
+]

@@ -118,3 +118,6 @@ def web_extract(
     if blocked:
         out["blocked_by_policy"] = True
     return out
+
+
+__all__ = ["WEB_CACHE_DIR", "strip_inline_images", "web_extract", "web_search", "window"]
