@@ -17,36 +17,29 @@ VENDOR_VARIABLES = (
 """Prefixes of the backend variables a developer's shell may hold: tests start without them."""
 
 
-SHARED_HOST_FIXTURES = {"internet": "host-network"}
-"""Fixtures that hold a fixed host resource (``internet``: a network namespace at 198.51.100.2), with the
-pytest-xdist group their tests share, so that ``-n N --dist loadgroup`` runs them one at a time on one worker."""
-
-SHARED_HOST_FILES = {
-    "test_docker_environment.py": "host-network",
-    "test_sandboxes_docker_flow.py": "host-network",
-    "test_sandbox_boundary.py": "host-network",
-}
-"""Test files run on one worker (one xdist group): the tests that stop, reap and count containers on the one
-Docker engine, and the network boundary tests (network namespaces, veth pairs, slirp4netns). Run side by side
-on several workers, containers stopped and ``ip netns exec`` failed (EINVAL); one at a time they pass."""
+EXCLUSIVE_FILES = frozenset(
+    {"test_docker_environment.py", "test_sandboxes_docker_flow.py", "test_sandbox_boundary.py"}
+)
+"""Test files marked ``exclusive``: they need the machine to themselves. The Docker engine tests (they stop, reap
+and count containers on the one engine, and time commands in containers with small memory limits) and the
+network boundary tests (network namespaces at fixed addresses, veth pairs, slirp4netns). Run beside other
+pytest-xdist workers, their containers stopped and ``ip netns exec`` failed (EINVAL); alone they pass.
+``bash .ci/run`` runs them in a second, single-process pytest after the parallel one (``-m exclusive``)."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, and put
-    the tests of a fixed host resource in one xdist group (``SHARED_HOST_FIXTURES``, ``SHARED_HOST_FILES``).
+    """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, and the
+    tests of :data:`EXCLUSIVE_FILES` ``exclusive``.
 
-    Runs before pytest's ``-m`` selection and before pytest-xdist reads the groups (tryfirst).
+    Runs before pytest's ``-m`` selection (tryfirst).
     """
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if "prefect_server" in used and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-        for fixture, group in SHARED_HOST_FIXTURES.items():
-            if fixture in used:
-                item.add_marker(pytest.mark.xdist_group(group))
-        if item.path.name in SHARED_HOST_FILES:
-            item.add_marker(pytest.mark.xdist_group(SHARED_HOST_FILES[item.path.name]))
+        if item.path.name in EXCLUSIVE_FILES:
+            item.add_marker(pytest.mark.exclusive)
 
 
 @pytest.fixture(autouse=True)
