@@ -3,6 +3,10 @@
 Reference variable names are kept (``OPENROUTER_API_KEY``, ``OPENAI_API_KEY``,
 ``TERMINAL_ENV``, ``TERMINAL_TIMEOUT``, ``TERMINAL_DOCKER_IMAGE``) so users of
 the reference batch runner can switch; our own knobs use the ``HERMES_`` prefix.
+Each area is its own model (a component may take just the one it uses) and reads only
+its fields' documented names (``validation_alias``) and ``HERMES_<field name>``
+(``env_prefix``): a generic ``API_KEY``, ``BASE_URL`` or ``MAX_RETRIES`` in the
+environment is never read. Keyword arguments use the field names.
 The API key is a :class:`~pydantic.SecretStr`: it is never printed, logged or
 serialised in clear (``model_dump`` shows ``**********``).
 """
@@ -40,7 +44,9 @@ CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split_commas)]
 class _Area(BaseSettings):
     """Base of the settings areas: the environment and ``.env``; extra variables ignored."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_file=".env", env_prefix="HERMES_", extra="ignore", populate_by_name=True
+    )
 
 
 class ModelEndpointSettings(_Area):
@@ -48,27 +54,27 @@ class ModelEndpointSettings(_Area):
 
     api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("api_key", "OPENROUTER_API_KEY", "OPENAI_API_KEY"),
+        validation_alias=AliasChoices("OPENROUTER_API_KEY", "OPENAI_API_KEY"),
         description="Model API key: OPENROUTER_API_KEY, else OPENAI_API_KEY. Never serialised in clear.",
     )
 
     base_url: str = Field(
         default="https://openrouter.ai/api/v1",
-        validation_alias=AliasChoices("base_url", "HERMES_BASE_URL"),
+        validation_alias=AliasChoices("HERMES_BASE_URL"),
         description="OpenAI-compatible endpoint of the model API.",
     )
 
     request_timeout: float = Field(
         default=600.0,
         gt=0,
-        validation_alias=AliasChoices("request_timeout", "HERMES_REQUEST_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_REQUEST_TIMEOUT"),
         description="Timeout of one model API request, seconds.",
     )
 
     max_retries: int = Field(
         default=5,
         ge=0,
-        validation_alias=AliasChoices("max_retries", "HERMES_MAX_RETRIES"),
+        validation_alias=AliasChoices("HERMES_MAX_RETRIES"),
         description="Retries of one model request on 429, 5xx, timeouts and connection errors.",
     )
 
@@ -78,27 +84,27 @@ class SandboxSettings(_Area):
 
     terminal_env: TerminalBackend = Field(
         default="local",
-        validation_alias=AliasChoices("terminal_env", "TERMINAL_ENV"),
+        validation_alias=AliasChoices("TERMINAL_ENV"),
         description="Sandbox backend of each prompt: local, docker, singularity or modal.",
     )
 
     terminal_timeout: int = Field(
         default=180,
         ge=1,
-        validation_alias=AliasChoices("terminal_timeout", "TERMINAL_TIMEOUT"),
+        validation_alias=AliasChoices("TERMINAL_TIMEOUT"),
         description="Default timeout of one terminal command, seconds.",
     )
 
     terminal_max_foreground_timeout: int = Field(
         default=600,
         ge=1,
-        validation_alias=AliasChoices("terminal_max_foreground_timeout", "TERMINAL_MAX_FOREGROUND_TIMEOUT"),
+        validation_alias=AliasChoices("TERMINAL_MAX_FOREGROUND_TIMEOUT"),
         description="Largest timeout a foreground terminal command may ask for, seconds.",
     )
 
     terminal_docker_image: str = Field(
         default="nikolaik/python-nodejs:python3.11-nodejs20",
-        validation_alias=AliasChoices("terminal_docker_image", "TERMINAL_DOCKER_IMAGE"),
+        validation_alias=AliasChoices("TERMINAL_DOCKER_IMAGE"),
         description="Container image of prompts whose record names none (docker, singularity, modal).",
     )
 
@@ -123,40 +129,40 @@ class SandboxSettings(_Area):
     container_cpus: float = Field(
         default=1.0,
         gt=0,
-        validation_alias=AliasChoices("container_cpus", "HERMES_DOCKER_CPUS", "TERMINAL_CONTAINER_CPU"),
+        validation_alias=AliasChoices("HERMES_DOCKER_CPUS", "TERMINAL_CONTAINER_CPU"),
         description="CPU limit of one prompt's container, in cores (fractions allowed).",
     )
 
     container_pids_limit: int = Field(
         default=512,
         ge=8,
-        validation_alias=AliasChoices("container_pids_limit", "HERMES_DOCKER_PIDS_LIMIT"),
+        validation_alias=AliasChoices("HERMES_DOCKER_PIDS_LIMIT"),
         description="Most processes (and threads) alive at once in one prompt's container.",
     )
 
     docker_pull: bool = Field(
         default=True,
-        validation_alias=AliasChoices("docker_pull", "HERMES_DOCKER_PULL"),
+        validation_alias=AliasChoices("HERMES_DOCKER_PULL"),
         description="Pull an image that is not present locally (once per run); off: such prompts fail.",
     )
 
     docker_pull_timeout: float = Field(
         default=300.0,
         gt=0,
-        validation_alias=AliasChoices("docker_pull_timeout", "HERMES_DOCKER_PULL_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_DOCKER_PULL_TIMEOUT"),
         description="Longest wait for one image pull, seconds; past it the image counts as missing.",
     )
 
     docker_max_concurrent_starts: int = Field(
         default=4,
         ge=1,
-        validation_alias=AliasChoices("docker_max_concurrent_starts", "HERMES_DOCKER_MAX_CONCURRENT_STARTS"),
+        validation_alias=AliasChoices("HERMES_DOCKER_MAX_CONCURRENT_STARTS"),
         description="Container creations in flight at once in this process (others wait their turn).",
     )
 
     local_isolation: Literal["none", "bwrap", "auto"] = Field(
         default="auto",
-        validation_alias=AliasChoices("local_isolation", "HERMES_LOCAL_ISOLATION"),
+        validation_alias=AliasChoices("HERMES_LOCAL_ISOLATION"),
         description="Local backend: auto (default: one bubblewrap sandbox per prompt when bwrap is installed "
         "and works here, else plain subprocesses and one warning per run), bwrap (required: a prompt fails "
         "when bwrap is missing) or none (plain subprocesses, no warning). In the sandbox the system is "
@@ -166,7 +172,7 @@ class SandboxSettings(_Area):
 
     sandbox_network: Literal["outbound", "none", "host"] = Field(
         default="outbound",
-        validation_alias=AliasChoices("sandbox_network", "HERMES_SANDBOX_NETWORK"),
+        validation_alias=AliasChoices("HERMES_SANDBOX_NETWORK"),
         description="Local backend under bubblewrap: outbound (default; true means the same): the internet "
         "only, through a network namespace of the prompt's own behind slirp4netns, with no way to this "
         "machine's loopback services, its own addresses, link-local/metadata or private ranges (except "
@@ -176,7 +182,7 @@ class SandboxSettings(_Area):
 
     sandbox_agent: Literal["auto", "native", "python"] = Field(
         default="auto",
-        validation_alias=AliasChoices("sandbox_agent", "HERMES_SANDBOX_AGENT"),
+        validation_alias=AliasChoices("HERMES_SANDBOX_AGENT"),
         description="Local backend under bubblewrap: the agent inside each sandbox that runs its commands "
         "and opens its files. auto (default): the native one (sandbox_agent.c, built once per machine with "
         "the C compiler into ~/.cache/hermes-batch) when it can be built, else the Python one, with one log "
@@ -186,14 +192,14 @@ class SandboxSettings(_Area):
 
     sandbox_allow_networks: CommaList = Field(
         default_factory=list,
-        validation_alias=AliasChoices("sandbox_allow_networks", "HERMES_SANDBOX_ALLOW_NETWORKS"),
+        validation_alias=AliasChoices("HERMES_SANDBOX_ALLOW_NETWORKS"),
         description="Comma-separated IPv4 networks (CIDR, e.g. 10.20.0.0/16) that outbound sandboxes may "
         "reach although they are private, link-local or this machine's own addresses.",
     )
 
     cwd_roots: CommaList = Field(
         default_factory=list,
-        validation_alias=AliasChoices("cwd_roots", "HERMES_CWD_ROOTS"),
+        validation_alias=AliasChoices("HERMES_CWD_ROOTS"),
         description="Comma-separated host folders under which a dataset record's absolute cwd may lie "
         "(local backend: it is copied into the prompt's folder, never mounted); default: the dataset "
         "file's own folder.",
@@ -202,13 +208,13 @@ class SandboxSettings(_Area):
     cwd_copy_max_mb: int = Field(
         default=512,
         ge=1,
-        validation_alias=AliasChoices("cwd_copy_max_mb", "HERMES_CWD_COPY_MAX_MB"),
+        validation_alias=AliasChoices("HERMES_CWD_COPY_MAX_MB"),
         description="Largest absolute cwd (MB of files) the local backend copies into a prompt's folder.",
     )
 
     sandbox_env: CommaList = Field(
         default_factory=list,
-        validation_alias=AliasChoices("sandbox_env", "HERMES_SANDBOX_ENV"),
+        validation_alias=AliasChoices("HERMES_SANDBOX_ENV"),
         description="Comma-separated names of host environment variables passed into every sandbox "
         "(local, docker, singularity, modal), values taken from this process's environment; nothing "
         "else of the host's environment gets in (local commands also get PATH, HOME, LANG/LC_*, TERM, "
@@ -217,7 +223,7 @@ class SandboxSettings(_Area):
 
     modal_app_name: str = Field(
         default="hermes-batch",
-        validation_alias=AliasChoices("modal_app_name", "HERMES_MODAL_APP"),
+        validation_alias=AliasChoices("HERMES_MODAL_APP"),
         description="Modal app that owns the sandboxes of the modal backend (created if missing).",
     )
 
@@ -264,14 +270,14 @@ class LimitSettings(_Area):
     terminal_output_max_chars: int = Field(
         default=50_000,
         ge=1000,
-        validation_alias=AliasChoices("terminal_output_max_chars", "HERMES_TERMINAL_OUTPUT_MAX_CHARS"),
+        validation_alias=AliasChoices("HERMES_TERMINAL_OUTPUT_MAX_CHARS"),
         description="Bound of a terminal result's output; longer output keeps the first 40% and last 60%.",
     )
 
     tool_result_max_chars: int = Field(
         default=100_000,
         ge=1000,
-        validation_alias=AliasChoices("tool_result_max_chars", "HERMES_TOOL_RESULT_MAX_CHARS"),
+        validation_alias=AliasChoices("HERMES_TOOL_RESULT_MAX_CHARS"),
         description="Bound of any tool result (file tools included), characters.",
     )
 
@@ -281,64 +287,64 @@ class WebSettings(_Area):
 
     web_backend: Literal["auto", "firecrawl", "tavily", "searxng"] = Field(
         default="auto",
-        validation_alias=AliasChoices("web_backend", "HERMES_WEB_BACKEND"),
+        validation_alias=AliasChoices("HERMES_WEB_BACKEND"),
         description="Web backend: auto = the first configured of Firecrawl, Tavily, SearXNG.",
     )
 
     firecrawl_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("firecrawl_api_key", "FIRECRAWL_API_KEY"),
+        validation_alias=AliasChoices("FIRECRAWL_API_KEY"),
         description="Firecrawl API key (search and extraction).",
     )
 
     firecrawl_api_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("firecrawl_api_url", "FIRECRAWL_API_URL"),
+        validation_alias=AliasChoices("FIRECRAWL_API_URL"),
         description="Self-hosted Firecrawl base URL (no key needed); None = https://api.firecrawl.dev.",
     )
 
     tavily_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("tavily_api_key", "TAVILY_API_KEY"),
+        validation_alias=AliasChoices("TAVILY_API_KEY"),
         description="Tavily API key (search and extraction).",
     )
 
     tavily_api_url: str = Field(
         default="https://api.tavily.com",
-        validation_alias=AliasChoices("tavily_api_url", "TAVILY_API_URL"),
+        validation_alias=AliasChoices("TAVILY_API_URL"),
         description="Tavily base URL.",
     )
 
     searxng_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("searxng_url", "SEARXNG_URL"),
+        validation_alias=AliasChoices("SEARXNG_URL"),
         description="Self-hosted SearXNG base URL (JSON format enabled); search only, pages are fetched directly.",
     )
 
     web_timeout: float = Field(
         default=30.0,
         gt=0,
-        validation_alias=AliasChoices("web_timeout", "HERMES_WEB_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_WEB_TIMEOUT"),
         description="Timeout of one web request (vendor API, page or image download), seconds.",
     )
 
     web_max_retries: int = Field(
         default=2,
         ge=0,
-        validation_alias=AliasChoices("web_max_retries", "HERMES_WEB_MAX_RETRIES"),
+        validation_alias=AliasChoices("HERMES_WEB_MAX_RETRIES"),
         description="Retries of a web/image vendor request on 429, 5xx, timeouts and connection errors.",
     )
 
     web_max_bytes: int = Field(
         default=5_000_000,
         ge=10_000,
-        validation_alias=AliasChoices("web_max_bytes", "HERMES_WEB_MAX_BYTES"),
+        validation_alias=AliasChoices("HERMES_WEB_MAX_BYTES"),
         description="Largest page or vendor response read, bytes; a larger one is an error.",
     )
 
     web_block_private_addresses: bool = Field(
         default=True,
-        validation_alias=AliasChoices("web_block_private_addresses", "HERMES_WEB_BLOCK_PRIVATE_ADDRESSES"),
+        validation_alias=AliasChoices("HERMES_WEB_BLOCK_PRIVATE_ADDRESSES"),
         description=(
             "web_extract and image downloads refuse loopback, private, link-local and reserved addresses "
             "(set false to reach pages on this machine, e.g. offline demos)."
@@ -351,50 +357,50 @@ class ImageSettings(_Area):
 
     image_backend: Literal["auto", "fal", "openai"] = Field(
         default="auto",
-        validation_alias=AliasChoices("image_backend", "HERMES_IMAGE_BACKEND"),
+        validation_alias=AliasChoices("HERMES_IMAGE_BACKEND"),
         description="Image backend: auto = FAL when FAL_KEY is set, else the OpenAI-compatible image_base_url.",
     )
 
     fal_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("fal_key", "FAL_KEY"),
+        validation_alias=AliasChoices("FAL_KEY"),
         description="FAL.ai API key.",
     )
 
     fal_model: str = Field(
         default="fal-ai/flux-2/klein/9b",
-        validation_alias=AliasChoices("fal_model", "HERMES_FAL_MODEL"),
+        validation_alias=AliasChoices("HERMES_FAL_MODEL"),
         description="FAL model id (endpoint path).",
     )
 
     fal_api_url: str = Field(
         default="https://fal.run",
-        validation_alias=AliasChoices("fal_api_url", "HERMES_FAL_API_URL"),
+        validation_alias=AliasChoices("HERMES_FAL_API_URL"),
         description="FAL synchronous run base URL.",
     )
 
     image_base_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("image_base_url", "HERMES_IMAGE_BASE_URL"),
+        validation_alias=AliasChoices("HERMES_IMAGE_BASE_URL"),
         description="OpenAI-compatible endpoint (…/v1) serving POST /images/generations.",
     )
 
     image_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("image_api_key", "HERMES_IMAGE_API_KEY"),
+        validation_alias=AliasChoices("HERMES_IMAGE_API_KEY"),
         description="Key of image_base_url; None = the model API key.",
     )
 
     image_model: str = Field(
         default="gpt-image-1",
-        validation_alias=AliasChoices("image_model", "HERMES_IMAGE_MODEL"),
+        validation_alias=AliasChoices("HERMES_IMAGE_MODEL"),
         description="Model id sent to the OpenAI-compatible images endpoint.",
     )
 
     image_timeout: float = Field(
         default=180.0,
         gt=0,
-        validation_alias=AliasChoices("image_timeout", "HERMES_IMAGE_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_IMAGE_TIMEOUT"),
         description="Timeout of one image generation request, seconds.",
     )
 
@@ -404,33 +410,33 @@ class VisionSettings(_Area):
 
     vision_model: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("vision_model", "HERMES_VISION_MODEL", "AUXILIARY_VISION_MODEL"),
+        validation_alias=AliasChoices("HERMES_VISION_MODEL", "AUXILIARY_VISION_MODEL"),
         description="Vision model id; None = the run's own model.",
     )
 
     vision_base_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("vision_base_url", "HERMES_VISION_BASE_URL"),
+        validation_alias=AliasChoices("HERMES_VISION_BASE_URL"),
         description="Endpoint of the vision model; None = the run's endpoint (with the run's key).",
     )
 
     vision_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("vision_api_key", "HERMES_VISION_API_KEY"),
+        validation_alias=AliasChoices("HERMES_VISION_API_KEY"),
         description="Key of vision_base_url; None = the model API key.",
     )
 
     vision_timeout: float = Field(
         default=120.0,
         gt=0,
-        validation_alias=AliasChoices("vision_timeout", "HERMES_VISION_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_VISION_TIMEOUT"),
         description="Timeout of one vision request, seconds.",
     )
 
     vision_max_image_bytes: int = Field(
         default=20_000_000,
         ge=10_000,
-        validation_alias=AliasChoices("vision_max_image_bytes", "HERMES_VISION_MAX_IMAGE_BYTES"),
+        validation_alias=AliasChoices("HERMES_VISION_MAX_IMAGE_BYTES"),
         description="Largest image sent to the vision model, bytes.",
     )
 
@@ -440,32 +446,32 @@ class MoaSettings(_Area):
 
     moa_reference_models: CommaList = Field(
         default_factory=list,
-        validation_alias=AliasChoices("moa_reference_models", "HERMES_MOA_REFERENCE_MODELS"),
+        validation_alias=AliasChoices("HERMES_MOA_REFERENCE_MODELS"),
         description="Reference model ids, comma-separated; empty = the run's own model.",
     )
 
     moa_aggregator_model: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("moa_aggregator_model", "HERMES_MOA_AGGREGATOR_MODEL"),
+        validation_alias=AliasChoices("HERMES_MOA_AGGREGATOR_MODEL"),
         description="Aggregator model id; None = the run's own model.",
     )
 
     moa_base_url: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("moa_base_url", "HERMES_MOA_BASE_URL"),
+        validation_alias=AliasChoices("HERMES_MOA_BASE_URL"),
         description="Endpoint of the MoA models; None = the run's endpoint (with the run's key).",
     )
 
     moa_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices("moa_api_key", "HERMES_MOA_API_KEY"),
+        validation_alias=AliasChoices("HERMES_MOA_API_KEY"),
         description="Key of moa_base_url; None = the model API key.",
     )
 
     moa_timeout: float = Field(
         default=300.0,
         gt=0,
-        validation_alias=AliasChoices("moa_timeout", "HERMES_MOA_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_MOA_TIMEOUT"),
         description="Timeout of one MoA model request, seconds.",
     )
 
@@ -475,27 +481,27 @@ class BrowserSettings(_Area):
 
     browser_executable_path: str | None = Field(
         default=None,
-        validation_alias=AliasChoices("browser_executable_path", "HERMES_BROWSER_EXECUTABLE_PATH"),
+        validation_alias=AliasChoices("HERMES_BROWSER_EXECUTABLE_PATH"),
         description="Chromium executable; None = /usr/bin/chromium if present, else chromium on PATH.",
     )
 
     browser_headless: bool = Field(
         default=True,
-        validation_alias=AliasChoices("browser_headless", "HERMES_BROWSER_HEADLESS"),
+        validation_alias=AliasChoices("HERMES_BROWSER_HEADLESS"),
         description="Run Chromium headless.",
     )
 
     browser_max_contexts: int = Field(
         default=8,
         ge=1,
-        validation_alias=AliasChoices("browser_max_contexts", "HERMES_BROWSER_MAX_CONTEXTS"),
+        validation_alias=AliasChoices("HERMES_BROWSER_MAX_CONTEXTS"),
         description="Browser contexts (one per prompt using the browser) open at once in this process.",
     )
 
     browser_timeout: float = Field(
         default=30.0,
         gt=0,
-        validation_alias=AliasChoices("browser_timeout", "HERMES_BROWSER_TIMEOUT"),
+        validation_alias=AliasChoices("HERMES_BROWSER_TIMEOUT"),
         description="Timeout of one browser command, seconds (navigation gets twice this).",
     )
 
