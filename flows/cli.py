@@ -194,7 +194,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     """Checks that need no Prefect and no model: dataset (records' ``cwd`` included), run folder rules, API key.
 
     Run before the local API starts and before any request: a dataset ``cwd`` the local sandbox
-    refuses (:func:`hermes_core.runfolder.run_info.refused_cwds`: ``/proc``, a home, the run or output folder...)
+    refuses (:func:`hermes_core.runfolder.run_info.check_cwds`: ``/proc``, a home, the run or output folder...)
     is an error naming the file and each line.
 
     Returns:
@@ -206,7 +206,7 @@ def preflight(config: Any, api_key: str | None = None) -> int:
     from hermes_core.dataset import DatasetError, read_dataset
     from hermes_core.endpoints import require_key, resolve_backend, resolve_base_url
     from hermes_core.exceptions import ConfigError
-    from hermes_core.runfolder.run_info import RunStateError, check_run_dir, refused_cwds
+    from hermes_core.runfolder.run_info import RunStateError, check_cwds, check_run_dir
     from hermes_core.settings import HermesSettings
 
     settings = HermesSettings()
@@ -216,10 +216,12 @@ def preflight(config: Any, api_key: str | None = None) -> int:
         )
     except DatasetError as exc:
         raise CliError(str(exc)) from None
-    refused = refused_cwds(config, dataset, settings)
-    if refused:  # the flow's read-dataset task says the same; here nothing has started yet
-        message = f"{len(refused)} record(s) with a cwd the local sandbox refuses"
-        raise CliError(str(DatasetError(config.dataset_file, message, refused)))
+    try:
+        check_cwds(
+            config, dataset, settings
+        )  # the flow's read-dataset task checks the same; nothing has started yet
+    except DatasetError as exc:
+        raise CliError(str(exc)) from None
     for line, reason in dataset.invalid:
         print(f"warning: skipping line {line} of {config.dataset_file}: {reason}", file=sys.stderr)
     if config.run_dir.is_dir():  # run_batch takes the lock for real; this only fails before the checks below

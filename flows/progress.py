@@ -164,8 +164,10 @@ class RunProgress:
         (the stored ``{prompt_tokens, completion_tokens, reasoning_tokens, cost}`` form, or None)."""
         setattr(self, kind, getattr(self, kind) + 1)
         if usage:
-            spent = Usage(prompt_tokens=self.tokens, cost=self.cost) + Usage.from_dict(usage)
-            self.tokens, self.cost = spent.total_tokens, spent.cost
+            spent = Usage.from_dict(usage)
+            self.tokens += spent.total_tokens
+            if spent.cost is not None:
+                self.cost = (self.cost or 0.0) + spent.cost
         self._notify(line=line)
 
     def announce(self, line: str) -> None:

@@ -47,16 +47,15 @@ def finish_run(
     Returns:
         The statistics (what statistics.json holds).
     """
-    if in_flow:
-        # quote: Prefect would walk every entry of index_of looking for futures, twice per task
-        # call (~14 s at 10^6 prompts, bench/ANALYSIS.md)
-        merge = merge_task(config.run_dir, quote(index_of))
-    else:
-        merge = merge_task.fn(config.run_dir, index_of)
-    finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
-    statistics = statistics_task if in_flow else statistics_task.fn
+    # in a flow run: Prefect tasks, index_of quoted (Prefect would walk every entry looking for
+    # futures, twice per task call: ~14 s at 10^6 prompts, bench/ANALYSIS.md); else their functions
+    merge_step, statistics_step = (
+        (merge_task, statistics_task) if in_flow else (merge_task.fn, statistics_task.fn)
+    )
     indexes = quote(index_of) if in_flow else index_of
-    return statistics(config, merge, indexes, info.total_duration, failed_ids, run_control)
+    merge = merge_step(config.run_dir, indexes)
+    finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
+    return statistics_step(config, merge, indexes, info.total_duration, failed_ids, run_control)
 
 
 def run_meter(config: BatchConfig, budget: Budget, limiter, total: int):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from hermes_core.dataset import Dataset, DatasetError, read_dataset
-from hermes_core.runfolder.run_info import refused_cwds
+from hermes_core.dataset import Dataset, read_dataset
+from hermes_core.runfolder.run_info import check_cwds
 from hermes_core.settings import HermesSettings
 
 
@@ -22,11 +22,7 @@ def read_dataset_task(config, settings: HermesSettings) -> Dataset:
     dataset = read_dataset(
         config.dataset_file, max_samples=config.max_samples, skip_invalid=config.skip_invalid, reuse=True
     )
-    refused = refused_cwds(config, dataset, settings)
-    if refused:
-        raise DatasetError(
-            config.dataset_file, f"{len(refused)} record(s) with a cwd the local sandbox refuses", refused
-        )
+    check_cwds(config, dataset, settings)
     for line, reason in dataset.invalid:
         get_run_logger().warning("skipped invalid line %s of %s: %s", line, config.dataset_file, reason)
     return dataset

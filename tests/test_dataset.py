@@ -284,3 +284,26 @@ def test_lone_surrogates_in_a_record_become_the_replacement_character(tmp_path):
     assert [r.prompt for r in records] == ["a \ufffd b", "pair \U0001f600"]  # a real pair stays an emoji
     assert records[0].cwd == "w\ufffd"
     assert all(r.prompt.encode("utf-8") for r in records)
+
+
+def test_check_cwds_names_the_file_and_each_refused_line(tmp_path):
+    """The run's cwd check (command line preflight and the read-dataset task): one error, every line."""
+    from flows.config import BatchConfig
+    from hermes_core.dataset import DatasetError, read_dataset
+    from hermes_core.runfolder.run_info import check_cwds
+    from hermes_core.settings import HermesSettings
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "a"}\n{"prompt": "b", "cwd": "/proc"}\n{"prompt": "c", "cwd": "work"}\n')
+    config = BatchConfig.from_options(
+        dataset_file=str(data), batch_size=1, run_name="r", output_dir=str(tmp_path / "data")
+    )
+    settings = HermesSettings(terminal_env="local")
+    with pytest.raises(DatasetError) as refused:
+        check_cwds(config, read_dataset(data), settings)
+    text = str(refused.value)
+    assert str(data) in text and "1 record(s) with a cwd the local sandbox refuses" in text
+    assert "line 2: cwd '/proc' is refused" in text and "line 3" not in text
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"prompt": "c", "cwd": "work"}\n')
+    check_cwds(config.model_copy(update={"dataset_file": str(ok)}), read_dataset(ok), settings)  # no error

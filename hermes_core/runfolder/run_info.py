@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hermes_core.dataset import Dataset, PromptRecord
+from hermes_core.dataset import Dataset, DatasetError, PromptRecord
 from hermes_core.runfolder.files import write_json_atomic
 from hermes_core.runfolder.folder import BATCH_RE, RunFolder
 from hermes_core.runfolder.ledger import now_iso
@@ -77,6 +77,18 @@ def refused_cwds(config: Any, dataset: Dataset, settings: Any) -> list[tuple[int
         if problems[cwd]:
             found.append((line, f"cwd {problems[cwd]}"))
     return found
+
+
+def check_cwds(config: Any, dataset: Dataset, settings: Any) -> None:
+    """Refuse the dataset when any record has a ``cwd`` the local sandbox refuses (:func:`refused_cwds`).
+
+    Raises:
+        DatasetError: naming the file and each refused record's line and reason.
+    """
+    refused = refused_cwds(config, dataset, settings)
+    if refused:
+        message = f"{len(refused)} record(s) with a cwd the local sandbox refuses"
+        raise DatasetError(config.dataset_file, message, refused)
 
 
 def has_outputs(run_dir: Path) -> bool:
@@ -289,6 +301,7 @@ __all__ = [
     "KEPT_AS_DIGEST",
     "RunInfo",
     "RunStateError",
+    "check_cwds",
     "check_run_dir",
     "clear_run_dir",
     "finish_invocation",
