@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -154,9 +155,19 @@ def test_custom_run_form_shows_descriptions_whole_and_dropdowns(stack):  # noqa:
         assert (
             run["state"]["type"] == "SCHEDULED" and run["state"]["state_details"]["scheduled_time"] >= "2100"
         )
-        assert httpx.delete(f"{stack.api}/flow_runs/{run['id']}").status_code == 204
+        assert _delete(f"{stack.api}/flow_runs/{run['id']}") == 204
     for ui in UIS:
         assert (artifacts / f"run-form-{ui}.png").stat().st_size > 20_000
+
+
+def _delete(url: str, attempts: int = 10) -> int:
+    """DELETE ``url``; a 503 (the server busy, as Prefect's own client retries it) is tried again, 1 s apart."""
+    for _ in range(attempts - 1):
+        status = httpx.delete(url, timeout=30).status_code
+        if status != 503:
+            return status
+        time.sleep(1)
+    return httpx.delete(url, timeout=30).status_code
 
 
 def _deployment_run(stack, *params: str) -> subprocess.CompletedProcess:  # noqa: F811 - a Stack
