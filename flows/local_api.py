@@ -50,6 +50,8 @@ STARTUP_TIMEOUT = 120.0
 """Seconds to wait for the API's health check (a fresh database takes 15-25 s on 2 cores)."""
 STOP_GRACE = 10.0
 """Seconds the API gets after SIGTERM to store queued events before it is killed."""
+PORT_ATTEMPTS = 3
+"""Ports tried when the server finds its port taken (see :meth:`LocalAPI.start`)."""
 
 
 PARENT_DEATH_SIGNAL = signal.SIGTERM
@@ -98,6 +100,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _read_from(path: Path, offset: int) -> str:
+    """The text ``path`` gained after byte ``offset`` (empty if it is gone)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _prefect_home() -> Path:
     return Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
 
@@ -110,8 +122,9 @@ class LocalAPI:
         log_path: where the server's output goes.
 
     Raises:
-        RuntimeError: (from :meth:`start`) the server did not answer within :data:`STARTUP_TIMEOUT`;
-            the message names the log file.
+        RuntimeError: (from :meth:`start`) the server did not answer within :data:`STARTUP_TIMEOUT`,
+            or ended (on a taken port :data:`PORT_ATTEMPTS` times); the message names the log
+            file and gives its last lines.
     """
 
     def __init__(self) -> None:
@@ -119,14 +132,37 @@ class LocalAPI:
         self.log_path = _prefect_home() / "hermes-local-api.log"
         self._proc: subprocess.Popen | None = None
 
-    def start(self) -> str:
-        """Start the server and wait until ``/api/health`` answers; returns the API URL."""
-        port = _free_port()
+    def start(self, port: int | None = None) -> str:
+        """Start the server and wait until ``/api/health`` answers; returns the API URL.
+
+        The port is a free one picked just before the server binds it; another process can take
+        it in between (the kernel hands the same ephemeral range to outbound connections), so a
+        server that exits on ``address already in use`` is started again on a new port, up to
+        :data:`PORT_ATTEMPTS` times.
+
+        Args:
+            port: the port to try first (default: a free one).
+        """
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(PORT_ATTEMPTS):
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            if self._start_on(port or _free_port()):
+                return self.url
+            output = _read_from(self.log_path, offset)
+            if "address already in use" not in output.lower():
+                break
+            port = None
+        last = "\n".join(output.strip().splitlines()[-5:])
+        raise RuntimeError(
+            f"the local Prefect API did not start; see {self.log_path}" + (f":\n{last}" if last else "")
+        )
+
+    def _start_on(self, port: int) -> bool:
+        """Start the server on ``port``; True once it answers, False (stopped) if it ended or timed out."""
         self.url = f"http://127.0.0.1:{port}/api"
         env = {k: v for k, v in os.environ.items() if not CREDENTIAL_NAME.search(k)}
         env.update(local_api_server_environment())
         env.pop("PREFECT_API_URL", None)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         server = local_api_server_args(port)
         if sys.platform == "linux":
             args = [sys.executable, "-S", "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL, str(os.getpid()), *server]
@@ -144,7 +180,7 @@ class LocalAPI:
                     break
                 try:
                     if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                        return self.url
+                        return True
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.2)
@@ -152,7 +188,7 @@ class LocalAPI:
             self.stop()
             raise
         self.stop()
-        raise RuntimeError(f"the local Prefect API did not start; see {self.log_path}")
+        return False
 
     @property
     def pid(self) -> int | None:

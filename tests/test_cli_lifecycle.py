@@ -256,13 +256,18 @@ def test_closing_the_terminal_stops_the_run_and_its_local_api(cli, server):
     log = cli.cwd / "hangup.log"  # what the terminal showed, for the failure messages
     try:
 
-        def finished_prompt():
-            log.write_bytes(bytes(output))
-            return _rows(run)
+        def shown(condition):
+            """``condition`` after saving what the terminal showed so far, for the failure messages."""
 
-        pid, port = _wait_for("the local API process", lambda: _local_api(proc), proc, log)
-        _wait_for("the local API to answer", lambda: _api_answers(port), proc, log)
-        before = _wait_for("a finished prompt", finished_prompt, proc, log)
+            def check():
+                log.write_bytes(bytes(output))
+                return condition()
+
+            return check
+
+        pid, port = _wait_for("the local API process", shown(lambda: _local_api(proc)), proc, log)
+        _wait_for("the local API to answer", shown(lambda: _api_answers(port)), proc, log)
+        before = _wait_for("a finished prompt", shown(lambda: _rows(run)), proc, log)
         stop.set()
         reader.join()
         os.close(master)  # the terminal window closes: the kernel hangs up the command line's terminal
