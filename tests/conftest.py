@@ -36,8 +36,9 @@ once beside other workers, 0.5-2.9 KB alone). Run beside other pytest-xdist work
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, and the
-    tests of :data:`EXCLUSIVE_FILES` ``exclusive``.
+    """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, the
+    tests of :data:`EXCLUSIVE_FILES` ``exclusive``, and put every test of a deployment ``stack`` in one
+    pytest-xdist group (``--dist loadgroup``), so that each stack starts once.
 
     Runs before pytest's ``-m`` selection (tryfirst).
     """
@@ -47,6 +48,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.path.name in EXCLUSIVE_FILES:
             item.add_marker(pytest.mark.exclusive)
+        if "stack" in used:  # one worker starts each deployment stack once (tests/prefect_stack.py)
+            item.add_marker(pytest.mark.xdist_group("prefect-stack"))
 
 
 @pytest.fixture(autouse=True)
@@ -194,6 +197,26 @@ def prefect_server(tmp_path_factory):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def stack(request, tmp_path_factory):
+    """A deployment stack (:class:`tests.prefect_stack.Stack`) on SQLite or PostgreSQL, once per session.
+
+    The SQLite one is deployed with Prefect's plain commands, the PostgreSQL one with ``deployments/deploy.sh``.
+    """
+    from tests.prefect_stack import Postgres, Stack
+
+    root = tmp_path_factory.mktemp(f"stack-{request.param}")
+    database = Postgres() if request.param == "postgres" else None
+    url = database.start() if database else None
+    deployed = Stack(root, url, plain_deploy=database is None)
+    try:
+        yield deployed.start()
+    finally:
+        deployed.stop()
+        if database:
+            database.stop()
 
 
 @pytest.fixture

@@ -1,21 +1,18 @@
 """Deployments for real: prefect server (SQLite and PostgreSQL), process work pool, worker, prefect.yaml.
 
-Each stack (database, server with its UI, deployment, worker) is started by the
-fixture on free loopback ports and stopped by it, also when a test fails. The
+Each stack (database, server with its UI, deployment, worker: :mod:`tests.prefect_stack`) is
+started by the session's ``stack`` fixture on free loopback ports and stopped by it, also when a
+test fails. The
 flow runs reach the mock model server of this test process over HTTP, so the
 tests count the requests each prompt made.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,208 +20,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import conversation_key, free_port
+from tests.prefect_stack import REPO, TERMINAL, api_call, jsonl_rows, model_requests
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parent.parent
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
-def _api(method: str, url: str, **kwargs) -> httpx.Response:
-    """One API call, retried while a SQLite-backed server answers 503 (database busy), as Prefect's client does."""
-    for _ in range(30):
-        reply = httpx.request(method, url, timeout=30, **kwargs)
-        if reply.status_code not in (429, 503):
-            return reply
-        time.sleep(1)
-    return reply
-
-
-def _stop(proc: subprocess.Popen, first=signal.SIGINT, grace: float = 15) -> None:
-    """Stop a process group: SIGINT (the worker may ignore SIGTERM), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, first)
-        proc.wait(timeout=grace)
-    except (subprocess.TimeoutExpired, ProcessLookupError):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=10)
-
-
-class Postgres:
-    """A private PostgreSQL cluster in a temp folder (Debian's packages), as the notes describe."""
-
-    def __init__(self):
-        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        if not bins:
-            if os.environ.get("CI"):
-                raise RuntimeError("PostgreSQL is not installed: .ci/run must install Debian's postgresql")
-            pytest.skip("PostgreSQL not installed (apt-get install postgresql)")
-        self.bin = Path(bins[-1]).parent
-        # outside pytest's 0700 root-owned temp tree, so that the postgres user can reach it
-        self.root = Path(tempfile.mkdtemp(prefix="hermes-pg-"))
-        self.port = free_port()
-        shutil.chown(self.root, "postgres")
-
-    def _as_postgres(self, *args: str) -> None:
-        subprocess.run(["su", "postgres", "-c", " ".join(args)], check=True, capture_output=True, timeout=120)
-
-    def start(self) -> str:
-        data = self.root / "data"
-        self._as_postgres(f"{self.bin}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres")
-        opts = f"'-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1'"
-        self._as_postgres(
-            f"{self.bin}/pg_ctl", "-D", str(data), "-o", opts, "-l", str(self.root / "log"), "-w", "start"
-        )
-        self._as_postgres(
-            f"{self.bin}/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "prefect"
-        )
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/prefect"
-
-    def stop(self) -> None:
-        subprocess.run(
-            ["su", "postgres", "-c", f"{self.bin}/pg_ctl -D {self.root / 'data'} stop -m fast"],
-            capture_output=True,
-            timeout=60,
-        )
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-class Stack:
-    """Server + deployments + worker; ``api`` is the server's API URL."""
-
-    def __init__(self, root: Path, database_url: str | None, plain_deploy: bool):
-        self.root = root
-        self.plain_deploy = plain_deploy
-        self.port = free_port()
-        self.api = f"http://127.0.0.1:{self.port}/api"
-        self.env = {
-            **os.environ,
-            "PREFECT_HOME": str(root / "prefect-home"),
-            "PREFECT_API_URL": self.api,
-            "PREFECT_UI_API_URL": self.api,
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1",
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "HERMES_MAX_RETRIES": "1",
-        }
-        if database_url:
-            self.env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = database_url
-        self.procs: list[subprocess.Popen] = []
-
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
-        log = open(self.root / f"{name}.log", "wb")
-        proc = subprocess.Popen(
-            [shutil.which("prefect"), *args],
-            cwd=self.root,  # not the checkout: a worker started as a service would be
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def start(self) -> Stack:
-        server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(self.api + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, (
-                self.root / "server.log"
-            ).read_text()
-            time.sleep(0.5)
-        if self.plain_deploy:  # Prefect's usual commands, from the checkout, nothing else set
-            prefect = shutil.which("prefect")
-            commands = [[prefect, "work-pool", "create", "hermes-batch", "--type", "process"],
-                        [prefect, "--no-prompt", "deploy", "--all"]]  # fmt: skip
-        else:
-            commands = [[str(REPO / "deployments" / "deploy.sh")]]
-        for command in commands:
-            deploy = subprocess.run(
-                command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=180
-            )
-            assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
-        self._spawn("worker", "worker", "start", "--pool", "hermes-batch")
-        return self
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            _stop(proc)
-
-    def run_deployment(self, name: str, params: dict) -> str:
-        """``prefect deployment run`` with one ``--param k=v`` per parameter; returns the flow run id."""
-        flags = [arg for key, value in params.items() for arg in ("--param", f"{key}={json.dumps(value)}")]
-        proc = subprocess.run(
-            [shutil.which("prefect"), "deployment", "run", f"generate-trajectories/{name}", *flags],
-            env=self.env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return re.search(r"UUID:\s*([0-9a-f-]{36})", proc.stdout).group(1)
-
-    def wait(self, flow_run_id: str, timeout: float = 180) -> dict:
-        """Poll the flow run until it is in a terminal state; returns it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = _api("GET", f"{self.api}/flow_runs/{flow_run_id}").json()
-            if run["state"]["type"] in TERMINAL:
-                return run
-            time.sleep(0.5)
-        raise AssertionError(
-            f"flow run {flow_run_id} not finished: {run['state']}; see {self.root}/worker.log"
-        )
-
-    def retry_like_the_ui(self, flow_run_id: str) -> None:
-        """The request the Prefect UI's Retry button sends."""
-        reply = _api(
-            "POST",
-            f"{self.api}/flow_runs/{flow_run_id}/set_state",
-            json={
-                "state": {"type": "SCHEDULED", "name": "AwaitingRetry", "message": "Retry from the UI"},
-                "force": False,
-            },
-        )
-        assert reply.status_code in (200, 201) and reply.json()["status"] == "ACCEPT", reply.text
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def stack(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp(f"stack-{request.param}")
-    database = None
-    if request.param == "postgres":
-        database = Postgres()
-        url = database.start()
-    else:
-        url = None
-    deployed = Stack(root, url, plain_deploy=request.param == "sqlite")  # postgres: deployments/deploy.sh
-    try:
-        yield deployed.start()
-    finally:
-        deployed.stop()
-        if database:
-            database.stop()
 
 
 def _dataset(path: Path, prompts: list[str]) -> str:
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
     return str(path)
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _requests(server, prompt: str) -> int:
-    return server.stats()["by_conversation"].get(conversation_key(prompt), 0)
 
 
 def test_deployment_run_with_parameters(stack, mock_server, tmp_path):
@@ -242,10 +45,10 @@ def test_deployment_run_with_parameters(stack, mock_server, tmp_path):
     assert run["state"]["type"] == "COMPLETED", run["state"]
     assert run["parameters"]["run_name"] == "deployed"
     assert run["parameters"]["max_turns"] == 10 and run["parameters"]["num_workers"] == 4  # prefect.yaml's
-    rows = _rows(tmp_path / "data" / "deployed" / "trajectories.jsonl")
+    rows = jsonl_rows(tmp_path / "data" / "deployed" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in rows] == prompts
     assert all(r["completed"] and r["api_calls"] == 3 for r in rows)
-    assert [_requests(mock_server, p) for p in prompts] == [3] * 4
+    assert [model_requests(mock_server, p) for p in prompts] == [3] * 4
     stats = json.loads((tmp_path / "data" / "deployed" / "statistics.json").read_text())
     assert stats["completed"] == 4 and stats["failed"] == 0
     artifacts = httpx.post(
@@ -280,7 +83,7 @@ def test_failed_run_then_ui_style_retry_reruns_only_failed_prompts(stack, mock_s
     run = stack.wait(flow_run_id)
     assert run["state"]["type"] == "FAILED"
     assert run["state"]["message"].startswith("1 of 5 prompts failed")
-    before = [_requests(mock_server, p) for p in prompts]
+    before = [model_requests(mock_server, p) for p in prompts]
     assert [before[i] for i in (0, 1, 3, 4)] == [3, 3, 3, 3]
 
     gate.unlink()
@@ -288,14 +91,14 @@ def test_failed_run_then_ui_style_retry_reruns_only_failed_prompts(stack, mock_s
     run = stack.wait(flow_run_id)
     assert run["state"]["type"] == "COMPLETED", run["state"]
     assert run["run_count"] == 2
-    after = [_requests(mock_server, p) for p in prompts]
+    after = [model_requests(mock_server, p) for p in prompts]
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 3, 0, 0]
-    rows = _rows(tmp_path / "data" / "retried" / "trajectories.jsonl")
+    rows = jsonl_rows(tmp_path / "data" / "retried" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in rows] == prompts
 
 
 def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
-    deployment = _api("GET", f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
+    deployment = api_call("GET", f"{stack.api}/deployments/name/generate-trajectories/nightly").json()
     schedules = [s["schedule"] for s in deployment["schedules"]]
     assert schedules == [{"cron": "0 2 * * *", "timezone": "UTC", "day_or": True}]
     assert deployment["parameters"]["run_name"] == "nightly-{date}"
@@ -304,7 +107,7 @@ def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
     gate.write_text("down")
     config, prompts = _failing_config(tmp_path, mock_server, f"nightly {stack.port}", gate, "nightly-{date}")
     scheduled = datetime(2026, 1, 15, 2, 0, tzinfo=UTC)
-    reply = _api(
+    reply = api_call(
         "POST",
         f"{stack.api}/deployments/{deployment['id']}/create_flow_run",
         json={
@@ -316,12 +119,12 @@ def test_nightly_schedule_and_dated_run_name(stack, mock_server, tmp_path):
     flow_run_id = reply.json()["id"]
     assert stack.wait(flow_run_id)["state"]["type"] == "FAILED"
     night = tmp_path / "data" / "nightly-2026-01-15"
-    assert len(_rows(night / "trajectories.jsonl")) == 4
+    assert len(jsonl_rows(night / "trajectories.jsonl")) == 4
 
     gate.unlink()  # a retried night continues the same run folder
     stack.retry_like_the_ui(flow_run_id)
     assert stack.wait(flow_run_id)["state"]["type"] == "COMPLETED"
-    assert [r["conversations"][1]["value"] for r in _rows(night / "trajectories.jsonl")] == prompts
+    assert [r["conversations"][1]["value"] for r in jsonl_rows(night / "trajectories.jsonl")] == prompts
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["nightly-2026-01-15"]
 
 
@@ -339,7 +142,7 @@ def test_retry_clicked_in_the_real_ui(stack, mock_server, tmp_path):
     config, prompts = _failing_config(tmp_path, mock_server, f"ui {stack.port}", gate, "ui-retried")
     flow_run_id = stack.run_deployment("generate", config)
     assert stack.wait(flow_run_id)["state"]["type"] == "FAILED"
-    before = [_requests(mock_server, p) for p in prompts]
+    before = [model_requests(mock_server, p) for p in prompts]
     gate.unlink()
 
     artifacts = REPO / "test-artifacts"
@@ -373,7 +176,7 @@ def test_retry_clicked_in_the_real_ui(stack, mock_server, tmp_path):
     states = httpx.get(f"{stack.api}/flow_run_states/", params={"flow_run_id": flow_run_id}).json()
     names = [s["name"] for s in sorted(states, key=lambda s: s["timestamp"])]
     assert "AwaitingRetry" in names and names[-1] == "Completed", names
-    after = [_requests(mock_server, p) for p in prompts]
+    after = [model_requests(mock_server, p) for p in prompts]
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 0, 3, 0, 0]
     assert (artifacts / "ui-retry.png").stat().st_size > 10_000
 
@@ -429,10 +232,10 @@ def test_cancel_like_the_ui_stops_every_prompt_and_a_resume_completes(stack, moc
     ):
         time.sleep(0.3)
     assert len(_holders(hold)) >= 4, "the held prompts never started"
-    rows_before = _rows(run_dir / "batch_0.jsonl")
+    rows_before = jsonl_rows(run_dir / "batch_0.jsonl")
 
     started = time.monotonic()
-    reply = _api(
+    reply = api_call(
         "POST",
         f"{stack.api}/flow_runs/{flow_run_id}/set_state",
         json={"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True},
@@ -443,12 +246,12 @@ def test_cancel_like_the_ui_stops_every_prompt_and_a_resume_completes(stack, moc
     assert run["state"]["type"] == "CANCELLED" and cancelled_in < 15, (run["state"], cancelled_in)
     time.sleep(0.5)
     assert _holders(hold) == []  # every sandbox command is gone
-    assert _rows(run_dir / "batch_0.jsonl") == rows_before
+    assert jsonl_rows(run_dir / "batch_0.jsonl") == rows_before
     print(f"cancel -> Cancelled in {cancelled_in:.1f} s, 0 leftover processes")
 
     hold.unlink()
     resumed = stack.wait(stack.run_deployment("generate", {**config, "resume": True}))
     assert resumed["state"]["type"] == "COMPLETED", resumed["state"]
-    rows = _rows(run_dir / "trajectories.jsonl")
+    rows = jsonl_rows(run_dir / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in rows] == quick + held
-    assert [_requests(mock_server, p) for p in quick] == [3, 3]
+    assert [model_requests(mock_server, p) for p in quick] == [3, 3]

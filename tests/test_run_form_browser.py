@@ -3,7 +3,7 @@
 Prefect 3.9.1 ships two UIs, both tested: the classic one (``/deployments/deployment/<id>/run``,
 which renders parameter descriptions as markdown/HTML) and the new one (``/v2/...``, where ``/``
 leads). The stack (server, ``prefect deploy --all`` of prefect.yaml, worker) is
-``tests/test_deployments.py``'s fixture. Every request not to 127.0.0.1 is blocked. The form is
+the session's ``stack`` fixture (:mod:`tests.prefect_stack`). Every request not to 127.0.0.1 is blocked. The form is
 submitted untouched: the server's parameter schema check must accept what it sends (the flow run
 is scheduled in 2100, so the worker leaves it alone, and deleted). Screenshots go to
 ``test-artifacts/run-form-*.png``.
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_deployments import REPO, _api, _requests, _rows, stack  # noqa: F401 - the module-scoped stack fixture
+from tests.prefect_stack import REPO, api_call, jsonl_rows, model_requests
 
 pytestmark = pytest.mark.slow
 
@@ -87,14 +87,14 @@ def _submit(page, attempts: int = 3):
 
 
 @pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
-def test_custom_run_form_shows_descriptions_whole_and_dropdowns(stack):  # noqa: F811 - the fixture
+def test_custom_run_form_shows_descriptions_whole_and_dropdowns(stack):
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
             raise RuntimeError("chromium missing: .ci/run must install Debian's chromium")
         pytest.skip("chromium not installed")
     from playwright.sync_api import expect, sync_playwright
 
-    deployment = _api("GET", f"{stack.api}/deployments/name/generate-trajectories/generate").json()
+    deployment = api_call("GET", f"{stack.api}/deployments/name/generate-trajectories/generate").json()
     schema = deployment["parameter_openapi_schema"]
     props, required = schema["properties"], set(schema["required"])
     assert "<" not in props["run_name"]["description"]
@@ -170,7 +170,7 @@ def _delete(url: str, attempts: int = 10) -> int:
     return httpx.delete(url, timeout=30).status_code
 
 
-def _deployment_run(stack, *params: str) -> subprocess.CompletedProcess:  # noqa: F811 - a Stack
+def _deployment_run(stack, *params: str) -> subprocess.CompletedProcess:
     """``prefect deployment run 'generate-trajectories/generate'`` with ``--param`` values as typed."""
     flags = [arg for param in params for arg in ("--param", param)]
     return subprocess.run(
@@ -180,7 +180,7 @@ def _deployment_run(stack, *params: str) -> subprocess.CompletedProcess:  # noqa
 
 
 @pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
-def test_fixed_values_from_the_command_line_and_a_run_begun_with_none(stack, mock_server, tmp_path):  # noqa: F811
+def test_fixed_values_from_the_command_line_and_a_run_begun_with_none(stack, mock_server, tmp_path):
     """A Python caller passes None (what ``options()`` gave before the dropdowns); the run is then
     resumed through the deployment with ``default`` and typed values, and its settings still match."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -202,7 +202,7 @@ def test_fixed_values_from_the_command_line_and_a_run_begun_with_none(stack, moc
     run_dir = tmp_path / "data" / "begun-with-none"
     before = json.loads((run_dir / "run.json").read_text())
     assert before["defining"]["reasoning_effort"] is None
-    requests = lambda: [_requests(mock_server, p) for p in prompts]  # noqa: E731
+    requests = lambda: [model_requests(mock_server, p) for p in prompts]  # noqa: E731
     assert requests() == [3, 3, 0, 0]
 
     typed = [f"{key}={value}" for key, value in common.items() if key != "batch_size"] + ["batch_size=2"]
@@ -225,7 +225,7 @@ def test_fixed_values_from_the_command_line_and_a_run_begun_with_none(stack, moc
     assert after["settings_hash"] == before["settings_hash"] and after["defining"] == before["defining"]
     assert len(after["invocations"]) == 2
     assert requests() == [3, 3, 3, 3]  # the first two were kept, the other two done now
-    assert len(_rows(run_dir / "trajectories.jsonl")) == 4
+    assert len(jsonl_rows(run_dir / "trajectories.jsonl")) == 4
 
     # a real change of a defining setting is still refused
     proc = _deployment_run(stack, *typed, "resume=true", "reasoning_effort=low")
