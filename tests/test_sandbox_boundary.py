@@ -25,6 +25,7 @@ from hermes_core.environments.workdir import cwd_problem, prepare_workdir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
+from tests.conftest import host_pids_with
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 if not (shutil.which("bwrap") and shutil.which("slirp4netns")) and not IN_CI:
@@ -209,6 +210,28 @@ def _no_slirp(folder: Path) -> str:
         if name != "slirp4netns":
             (bin_dir / name).symlink_to(f"/usr/bin/{name}")
     return str(bin_dir)
+
+
+def _interfaces(pid: int) -> list[str]:
+    """Names of the network interfaces of ``pid``'s network namespace (its ``/proc/<pid>/net/dev``)."""
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":", 1)[0].strip() for line in lines)
+
+
+def test_the_network_is_attached_at_the_first_command_not_for_file_tools():
+    """A prompt that only reads and writes files never starts slirp4netns; its first command gets the network."""
+    with LocalEnvironment(settings=ISOLATED) as env:
+        env.write_file("notes.txt", b"no network needed")
+        assert env.read_file("notes.txt") == b"no network needed"
+        init = env._sandbox._init_pid
+        assert _interfaces(init) == ["lo"]  # the sandbox runs, in a network namespace of its own
+        slirp_of_this_sandbox = f"{init}\0tap0"  # slirp4netns's last two arguments
+        assert host_pids_with(slirp_of_this_sandbox) == []
+        result = env.execute("grep -c tap0: /proc/net/dev && cat notes.txt")
+        assert result.returncode == 0, result.output
+        assert result.output.split() == ["1", "no", "network", "needed"]  # the command sees tap0
+        assert _interfaces(init) == ["lo", "tap0"]
+        assert len(host_pids_with(slirp_of_this_sandbox)) == 1
 
 
 def test_slirp4netns_ends_with_the_sandbox():

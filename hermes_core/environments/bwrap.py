@@ -395,6 +395,7 @@ class BwrapSandbox:
         self._errors_r: int | None = None
         self._init_pid = 0
         self._lock = threading.Lock()
+        self._network_lock = threading.Lock()  # one attach of the outbound network (the first command's)
         self._procs: dict[int, SandboxProcess] = {}
         self._opens: dict[int, _PendingOpen] = {}
         self._next = 0
@@ -402,11 +403,12 @@ class BwrapSandbox:
         self._closed = False
 
     def start(self) -> None:
-        """Start bubblewrap and the agent (and the outbound network); return once it is ready (at most 30 s).
+        """Start bubblewrap and the agent; return once it is ready (at most 30 s).
+
+        The outbound network is attached later, before the first command (:meth:`_attach_outbound`).
 
         Raises:
-            SandboxError: bubblewrap could not build the sandbox (the message has its error output),
-                or its network could not be set up.
+            SandboxError: bubblewrap could not build the sandbox (the message has its error output).
         """
         host, agent = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         info_r, info_w = os.pipe()  # info_r stays open until close(): bubblewrap must never get SIGPIPE
@@ -459,30 +461,41 @@ class BwrapSandbox:
                 self._pidfd = os.pidfd_open(self._init_pid)
             except (AttributeError, OSError):
                 self._pidfd = None
-        if self._network == "outbound":
-            self._start_outbound()
         threading.Thread(target=self._read_replies, name="hermes-bwrap", daemon=True).start()
         if self._closed:  # close() ran while the agent was starting (it may not have known its init)
             self.close()
             raise SandboxError("the sandbox was closed while it started")
 
-    def _start_outbound(self) -> None:
-        """Attach the outbound network before any command runs; no network at all if that fails."""
-        if not self._init_pid:
-            self.close()
-            raise SandboxError("cannot set up the sandbox's network: bubblewrap did not report its init")
-        network = OutboundNetwork(self._init_pid, self._allowed)
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._outbound = network
-        if closed:
-            raise SandboxError("the sandbox was closed while it started")
-        try:
-            network.start()
-        except SandboxError:
-            self.close()
-            raise
+    def _attach_outbound(self) -> None:
+        """Attach the outbound network before the sandbox's first command; no command runs if that fails.
+
+        Lazily, because only commands use the network: a prompt whose tools only read and write
+        files (those go through :meth:`open`) never pays for slirp4netns (~6 ms of CPU and ~40 ms
+        of wall time per sandbox, ``bench/sandbox_overhead.py``). Every command, a background one
+        included, starts after the network is up, so all of them see the same network.
+
+        Raises:
+            SandboxError: the network could not be set up (the sandbox is closed then), or the
+                sandbox was closed meanwhile.
+        """
+        with self._network_lock:
+            if self._outbound is not None:
+                return
+            if not self._init_pid:
+                self.close()
+                raise SandboxError("cannot set up the sandbox's network: bubblewrap did not report its init")
+            network = OutboundNetwork(self._init_pid, self._allowed)
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._outbound = network
+            if closed:
+                raise SandboxError("the bubblewrap sandbox has ended")
+            try:
+                network.start()
+            except SandboxError:
+                self.close()
+                raise
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> SandboxProcess:
         """Run ``argv`` in the sandbox in ``cwd`` with exactly ``env``; stdin is /dev/null.
@@ -493,6 +506,8 @@ class BwrapSandbox:
         """
         ident = self._new_ident()
         command = command_spec(ident, argv, cwd, env)
+        if self._network == "outbound":
+            self._attach_outbound()
         out_r, out_w = os.pipe()
         with self._lock:
             proc = self._procs[ident] = SandboxProcess(self, ident, out_r)
