@@ -25,12 +25,13 @@ EXCLUSIVE_FILES = frozenset(
         "test_flow_memory.py",
     }
 )
-"""Test files marked ``exclusive``: they need the machine to themselves. The Docker engine tests (they stop, reap
-and count containers on the one engine, and time commands in containers with small memory limits) and the
-network boundary tests (network namespaces at fixed addresses, veth pairs, slirp4netns), and the flow's memory
-measurement (traced bytes per prompt, which a loaded Prefect server inflates with queued logs and events: 4.5 KB
-once beside other workers, 0.5-2.9 KB alone). Run beside other pytest-xdist workers, containers stopped and
-``ip netns exec`` failed (EINVAL); alone they pass.
+"""Test files marked ``exclusive``, matched by file name wherever they sit under ``tests/`` (today
+``tests/hermes_core/environments/`` and ``tests/flows/``): they need the machine to themselves. The Docker
+engine tests (they stop, reap and count containers on the one engine, and time commands in containers with
+small memory limits) and the network boundary tests (network namespaces at fixed addresses, veth pairs,
+slirp4netns), and the flow's memory measurement (traced bytes per prompt, which a loaded Prefect server
+inflates with queued logs and events: 4.5 KB once beside other workers, 0.5-2.9 KB alone). Run beside
+other pytest-xdist workers, containers stopped and ``ip netns exec`` failed (EINVAL); alone they pass.
 ``bash .ci/run`` runs them in a second, single-process pytest after the parallel one (``-m exclusive``)."""
 
 

@@ -8,7 +8,8 @@ import time
 from collections.abc import Iterator
 
 import uvicorn
-from conftest import free_port
+
+from tests.conftest import free_port
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from tests.conftest import conversation_key, process_alive, run_args
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SLOW_MODEL = "mock/scripted?latency_ms=2000"  # 3 requests a prompt: ~6 s each
 API_GONE_WITHIN = 20.0
 """Seconds the local API may take to end after the command line did (it stops in ~2 s)."""

@@ -56,7 +56,7 @@ def test_flags_and_flow_parameters_are_the_options():
     assert effort[-2:] == ["max", "ultra"]
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXED_VALUES = {
     "distribution",
     "provider_sort",

@@ -19,7 +19,7 @@ from flows.console import BAR_MIN_WIDTH, LiveProgress
 from flows.progress import RunProgress
 from tests.conftest import run_args
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PER_TASK = re.compile(r"Task run '[^']*' - Finished in state")
 
 

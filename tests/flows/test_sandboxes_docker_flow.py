@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import conversation_key, run_args
-from tests.test_docker_environment import ABSENT, BUSYBOX, PYTHON, labelled, require_engine
+from tests.hermes_core.environments.test_docker_environment import (
+    ABSENT,
+    BUSYBOX,
+    PYTHON,
+    labelled,
+    require_engine,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # 16 threads allocate at once, then glibc prints one "Arena N:" block per malloc arena to stderr.
 _THREADS_THEN_ARENAS = """

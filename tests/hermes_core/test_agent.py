@@ -285,7 +285,7 @@ def _cancel_in_a_child(mock_server, prompt: str, wait_file: str, model: str = "m
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-m", "tests.fixtures.cancel_child", mock_server.base_url, prompt, wait_file, model],
         cwd=repo, capture_output=True, text=True, timeout=60,

@@ -15,16 +15,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from hub_standin import HubRecord, hub_app
-from live_app import serve
-from run_folders import LEAK, TERMINAL_TOOL, build_run
 
 from flows.cli import main
 from flows.viewer.export import MANIFEST, export_run
 from hermes_core import redaction
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tests.hub_standin import HubRecord, hub_app
+from tests.live_app import serve
+from tests.run_folders import LEAK, TERMINAL_TOOL, build_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
-from live_app import serve
-from run_folders import DEFAULT_PLAN, build_run
 
 from flows.cli import main
 from flows.viewer import index as run_index
 from flows.viewer.app import CONTENT_SECURITY_POLICY, MAX_PAGE, create_app, viewer_hosts
 from flows.viewer.index import RunIndex
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tests.conftest import free_port
+from tests.live_app import serve
+from tests.run_folders import DEFAULT_PLAN, TEST_FLOW_RUN_ID, build_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 ROW_RE = re.compile(
     r'<tr class="status-(\w+)">\s*<td class="idx">(\d+)</td>\s*<td class="prompt"><a href="/prompt/(\d+)[^"]*">([^<]*)</a>'
 )
@@ -290,8 +290,6 @@ def test_run_summaries_print_the_view_command(run_dir, capsys):
     from uuid import UUID
 
     from prefect.states import Completed
-
-    from tests.run_folders import TEST_FLOW_RUN_ID
 
     state = Completed()
     state.state_details.flow_run_id = UUID(TEST_FLOW_RUN_ID)

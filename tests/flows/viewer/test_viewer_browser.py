@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live_app import serve
-from run_folders import XSS, build_run
 
 from flows.viewer.app import create_app
 from hermes_core.settings import HermesSettings
 from hermes_core.tools.browser_session import CHROMIUM_ARGS, find_chromium
+from tests.live_app import serve
+from tests.run_folders import XSS, build_run
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 CHROMIUM = find_chromium(HermesSettings())
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Chromium not found (apt-get install chromium)")
 

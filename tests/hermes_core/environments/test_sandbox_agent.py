@@ -32,7 +32,7 @@ from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
 from tests.conftest import host_pids_with
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 IN_CI = os.environ.get("CI", "").lower() == "true"
 COMPILER = shutil.which("cc") or shutil.which("gcc")
 needs_bwrap = pytest.mark.skipif(

@@ -41,8 +41,8 @@ def call(ctx: ToolContext, name: str, **arguments) -> dict:
 # -- file tools: no symlink race out of the sandbox -------------------------------------------------
 
 
-# The symlink race against the file tools runs once per sandbox agent in tests/test_sandbox_agent.py
-# (a link flipped between the prompt's file, a host file and another prompt's file).
+# The symlink race against the file tools runs once per sandbox agent in test_sandbox_agent.py of this
+# folder (a link flipped between the prompt's file, a host file and another prompt's file).
 
 
 def test_the_file_tools_see_exactly_what_the_commands_see(tmp_path):

@@ -84,7 +84,8 @@ def test_without_isolation_the_same_commands_do_reach_the_host(listener):
 
 
 def test_network_is_outbound_by_default_and_neither_mode_reaches_the_host_loopback(listener):
-    """ "On" means the internet only (tests/test_sandbox_boundary.py shows the outbound side): never the host's loopback."""
+    """ "On" means the internet only (test_sandbox_boundary.py of this folder shows the outbound side): never
+    the host's loopback."""
     assert HermesSettings().sandbox_network == "outbound"
     with LocalEnvironment(settings=ISOLATED) as online, LocalEnvironment(settings=OFFLINE) as offline:
         assert online.execute(connect_cmd(listener)).output == "unreachable\n"
