@@ -1,7 +1,7 @@
 """Every use of a Prefect internal, in one place: what it relies on and why.
 
 Prefect's public API does not cover a few things this project needs. Each function here names
-the internal it touches; ``tests/test_prefect_adapter.py`` has a canary per internal that fails,
+the internal it touches; ``tests/flows/test_prefect_adapter.py`` has a canary per internal that fails,
 naming the installed Prefect version and what changed, when Prefect changes it. Nothing here
 falls back silently: an internal that is gone raises.
 

@@ -363,7 +363,7 @@ def fast_canonical_json(raw: bytes) -> tuple[dict[str, Any], bytes] | tuple[None
     """``(record, canonical JSON)`` by orjson (3-4x faster than :mod:`json`), or ``(None, None)``.
 
     orjson's sorted compact output is byte-for-byte :func:`canonical_json` for objects of strings,
-    integers, booleans, nulls, lists and objects (tests/test_dataset.py checks it); for floats
+    integers, booleans, nulls, lists and objects (tests/hermes_core/test_dataset.py checks it); for floats
     (written differently, e.g. ``1e-05``), integers beyond 64 bits (read as floats), a line that
     is not a JSON object or not valid for orjson (NaN, lone surrogates, bad UTF-8, a blank line)
     the caller takes the exact path with :mod:`json`, so identities and error messages never depend on it.

@@ -225,7 +225,7 @@ defaults, as plain subprocesses do. A request that does not parse (only a broken
 one) ends the agent: it kills its commands and exits 1, so the host ends every pending request.
 
 ``sandbox_agent.c`` is the same program in C (the native agent); a change here goes there too,
-and ``tests/test_sandbox_agent.py`` runs every behaviour against both."""
+and ``tests/hermes_core/environments/test_sandbox_agent.py`` runs every behaviour against both."""
 
 NATIVE_AGENT_PATH = "/opt/hermes-batch/sandbox-agent"
 """Where a sandbox sees the native agent (the host file is bound there read-only).
