@@ -153,7 +153,6 @@ def prefect_server(tmp_path_factory):
     import httpx
 
     home = tmp_path_factory.mktemp("prefect-server-home")
-    port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(home),
@@ -163,34 +162,43 @@ def prefect_server(tmp_path_factory):
     }
     env.pop("PREFECT_API_URL", None)
     log = open(home / "server.log", "wb")
-    proc = subprocess.Popen(
-        [
-            shutil.which("prefect"),
-            "server",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--analytics-off",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"prefect server did not start; see {home / 'server.log'}")
-        time.sleep(0.5)
+    for _ in range(3):  # the free port may be taken before the server binds it: then another one
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                shutil.which("prefect"),
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--analytics-off",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        if proc.poll() is None and time.monotonic() < deadline:
+            break
+        proc.kill()
+        proc.wait()
+        if "in use" not in (home / "server.log").read_text(errors="replace"):
+            break
+    else:
+        raise RuntimeError(f"prefect server found its port taken three times; see {home / 'server.log'}")
+    if proc.poll() is not None:
+        raise RuntimeError(f"prefect server did not start; see {home / 'server.log'}")
     yield url
     proc.terminate()
     try:
