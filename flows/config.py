@@ -46,6 +46,7 @@ from hermes_core.client import ModelOptions
 from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import RunSpec
+from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, check_scorers
 from hermes_core.settings import TerminalBackend
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -117,6 +118,15 @@ class BatchConfig(BaseModel):
     output_dir: str = Field(default="data", description="Parent folder of run folders.")
     retries: int = Field(
         default=1, ge=0, le=10, description="Prefect task retries of a prompt after a transient failure."
+    )
+    scorer: str = Field(
+        default="auto",
+        description="Scorers of each trajectory, a comma list: auto (verify when the record has a verify "
+        "command, else answer when it has an answer), answer (the final answer against the record's "
+        "answer), verify (the record's verify command in the prompt's sandbox; exit 0 passes).",
+    )
+    verify_timeout: float = Field(
+        default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
     )
     api_key_secret: str | None = Field(
         default=None,
@@ -234,6 +244,11 @@ class BatchConfig(BaseModel):
             )
         return value
 
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorers(cls, value: str) -> str:
+        return ",".join(check_scorers([name.strip() for name in value.split(",") if name.strip()]))
+
     @field_validator("prefill_messages_file")
     @classmethod
     def _readable_prefill(cls, value: str | None) -> str | None:
@@ -287,6 +302,8 @@ class BatchConfig(BaseModel):
             terminal_env=self.terminal_env,
             max_requests_in_flight=self.num_workers,
             adaptive_concurrency=self.adaptive_concurrency,
+            scorers=self.scorer.split(","),
+            verify_timeout=self.verify_timeout,
         )
 
     def defining_settings(self) -> dict[str, Any]:

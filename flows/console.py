@@ -34,6 +34,7 @@ from rich.text import Text
 from flows.prefect_adapter import TASK_RUN_LOGGERS, run_log_names
 from flows.progress import LISTENERS, RunProgress, meter_text
 from hermes_core.runfolder.folder import RunFolder
+from hermes_core.scoring import describe_scores
 
 _console = Console(stderr=True)
 
@@ -286,6 +287,8 @@ def print_summary(config: Any, state: Any) -> None:
         f"Reasoning coverage: {r['turns_with_reasoning']}/{r['total_assistant_turns']} assistant turns "
         f"({r['coverage_percent']}%)"
     )
+    if stats.get("scores"):
+        out.print(f"Scores: {describe_scores(stats['scores'])}")
     out.print(
         f"Prompts: {stats['total_prompts']} · trajectories: {stats['completed']} · "
         f"discarded (no reasoning): {stats['discarded_no_reasoning']} · "

@@ -90,6 +90,17 @@ class AgentResult:
         """(assistant turns, turns with reasoning)."""
         return reasoning_counts(self.messages)
 
+    @property
+    def final_response(self) -> str | None:
+        """The text of the last assistant turn when it calls no tool (the final answer), else None."""
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant":
+                if message.get("tool_calls"):
+                    return None
+                content = message.get("content")
+                return content if isinstance(content, str) else None
+        return None
+
 
 @dataclass
 class Agent:

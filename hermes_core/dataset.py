@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from hermes_core.redaction import valid_text
+from hermes_core.scoring import check_record_fields
 
 __all__ = ["Dataset", "DatasetError", "PromptRecord", "canonical_json", "fast_canonical_json", "read_dataset"]
 
@@ -219,7 +220,8 @@ def read_dataset(
     """Read a UTF-8 JSONL dataset of prompt records.
 
     Each non-blank line must be a JSON object with a non-empty string ``prompt``; ``image``,
-    ``docker_image`` and ``cwd``, when present and not null, must be strings. A BOM, CRLF line
+    ``docker_image`` and ``cwd``, when present and not null, must be strings; ``answer`` and
+    ``verify`` as :func:`hermes_core.scoring.check_record_fields` says. A BOM, CRLF line
     ends and a missing final newline are accepted; blank lines are skipped (but counted in line
     numbers). The whole file is validated even when ``max_samples`` is set, so whether a file is
     accepted does not depend on it.
@@ -468,7 +470,7 @@ def _check(obj: Any) -> str | None:
         value = obj.get(name)
         if value is not None and not isinstance(value, str):
             return f"'{name}' must be a string (got {_json_type(value)})"
-    return None
+    return check_record_fields(obj)
 
 
 def _json_type(value: Any) -> str:

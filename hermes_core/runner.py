@@ -22,6 +22,7 @@ from hermes_core.environments import create_environment
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.limiter import ConcurrencyLimiter, run_limiter
 from hermes_core.redaction import clean_for_storage, register_secrets_of, scrub_exception
+from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, applied_scorers, score_answer, score_verify
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
@@ -73,6 +74,12 @@ class RunSpec(BaseModel):
     adaptive_concurrency: bool = Field(
         default=True,
         description="Halve the limit on rate-limit answers and grow it back (hermes_core.limiter).",
+    )
+    scorers: list[str] = Field(
+        default_factory=lambda: ["auto"], description="Scorers to apply (hermes_core.scoring.SCORERS)."
+    )
+    verify_timeout: float = Field(
+        default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
     )
 
 
@@ -178,6 +185,10 @@ def run_prompt(
             spent = ctx.usage
             try:
                 result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
+                scorers = applied_scorers(spec.scorers, job.source)
+                if "verify" in scorers:  # in the agent's sandbox, before it is torn down
+                    _check_cancelled(ctx.usage)
+                    verified = score_verify(env, job.source["verify"], spec.verify_timeout)
             finally:
                 ctx.close()
     except Exception as exc:
@@ -200,7 +211,15 @@ def run_prompt(
         "duration_s": duration,
     }
     # valid UTF-8 and redacted before it leaves: this row is what the task cache stores
-    row = clean_for_storage(build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration))
+    scores = {
+        name: verified if name == "verify" else score_answer(result.final_response, job.source["answer"])
+        for name in scorers
+    }
+    row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
+    if scores:
+        row["metadata"]["score"] = scores
+        row["metadata"]["passed"] = all(score["passed"] for score in scores.values())
+    row = clean_for_storage(row)
     status = "kept" if with_reasoning else "discarded"
     return PromptOutcome(status=status, row=row, **common)
 

@@ -18,6 +18,7 @@ from prefect.runtime import flow_run
 
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.postprocess import MergeResult, compute_statistics, write_json_atomic
+from hermes_core.scoring import describe_scores
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 
 
@@ -120,7 +121,7 @@ def _left_out(merge: dict[str, int]) -> list[str]:
 
 
 def summary_markdown(config, stats: dict[str, Any]) -> str:
-    """The run summary as markdown (counts, reasoning coverage, discards, failures, tokens, cost, duration)."""
+    """The run summary as markdown (counts, reasoning coverage, scores, discards, failures, tokens, cost, duration)."""
     reasoning = stats["reasoning_statistics"]
     tokens = stats["tokens"]
     cost = stats.get("cost_usd")
@@ -138,6 +139,7 @@ def summary_markdown(config, stats: dict[str, Any]) -> str:
         f"| failed | {stats['failed']} |",
         f"| reasoning coverage | {reasoning['turns_with_reasoning']}/{reasoning['total_assistant_turns']}"
         f" assistant turns ({reasoning['coverage_percent']}%) |",
+        *([f"| scores | {describe_scores(stats['scores'])} |"] if stats.get("scores") else []),
         f"| tokens | {tokens['prompt']} prompt, {tokens['completion']} completion, {tokens['reasoning']} reasoning |",
         f"| cost | {'n/a' if cost is None else f'${cost:.4f}'} |",
         f"| duration | {stats['duration_seconds']} s |",

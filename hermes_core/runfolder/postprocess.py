@@ -35,6 +35,7 @@ from hermes_core.runfolder.files import (
     write_json_atomic,
 )
 from hermes_core.runfolder.folder import TRAJECTORIES_FILE, RunFolder, merge_state_name
+from hermes_core.scoring import SCORERS
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
 
@@ -256,7 +257,9 @@ def compute_statistics(
         ``tokens {prompt, completion, reasoning, total}`` and ``cost_usd``. Tokens and cost sum
         the rows' and the tombstones' ``usage`` (tokens spent on discarded samples were paid
         for); ``total`` = prompt + completion (reasoning tokens are part of completion tokens);
-        ``cost_usd`` is None when no row or tombstone reports a cost; ``flow_run_id`` names the
+        ``cost_usd`` is None when no row or tombstone reports a cost; ``scores`` (``{scorer:
+        {scored, passed, failed, mean}}`` over the merged rows that scorer scored, see
+        :mod:`hermes_core.scoring`; empty when none was scored); ``flow_run_id`` names the
         flow run that wrote the file (so a reader can tell a stale file from this run's); ``merge``
         says what the merge left out besides hallucinated rows (``duplicates_dropped``, ``orphaned``:
         rows of records no longer in the dataset, ``torn_lines``).
@@ -312,6 +315,7 @@ def compute_statistics(
             "total": prompt_tokens + completion_tokens,
         },
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
+        "scores": _scores(sums),
         "merge": {
             "duplicates_dropped": merge.duplicates_dropped,
             "orphaned": merge.orphaned,
@@ -319,6 +323,17 @@ def compute_statistics(
         },
         "flow_run_id": flow_run_id,
     }
+
+
+def _scores(sums: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{scorer: {scored, passed, failed, mean}}`` of the scorers that scored at least one merged row."""
+    scores = {}
+    for scorer in SCORED_BY:
+        scored, passed = sums[f"score\0{scorer}\0scored"], sums[f"score\0{scorer}\0passed"]
+        if scored:
+            mean = round(sums[f"score\0{scorer}\0value"] / scored, 4)
+            scores[scorer] = {"scored": scored, "passed": passed, "failed": scored - passed, "mean": mean}
+    return scores
 
 
 def _percent(part: int, whole: int) -> float:
@@ -337,6 +352,11 @@ _USAGE = pl.Struct(
 )
 _REASONING = pl.Struct({"assistant_turns": pl.Int64, "turns_with_reasoning": pl.Int64})
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
+SCORED_BY = tuple(name for name in SCORERS if name != "auto")
+"""The scorers whose results a row can hold (``metadata.score.<name>``)."""
+_SCORES = pl.Struct(dict.fromkeys(SCORED_BY, pl.Struct({"value": pl.Float64, "passed": pl.Boolean})))
+_ROW_SUMS_VERSION = 2
+"""Version of :func:`_row_sums`' keys in a merge state (2: the scores' sums)."""
 
 
 def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
@@ -350,7 +370,7 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     Missing or null values count as 0.
     """
     schema: dict[str, pl.DataType] = {
-        "metadata": pl.Struct({"usage": _USAGE, "reasoning": _REASONING}),
+        "metadata": pl.Struct({"usage": _USAGE, "reasoning": _REASONING, "score": _SCORES}),
     }
     if tools:
         schema["tool_stats"] = pl.Struct(dict.fromkeys(tools, _COUNTS))
@@ -367,6 +387,13 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
         reasoning.struct.field("assistant_turns").sum().alias("assistant_turns"),
         reasoning.struct.field("turns_with_reasoning").sum().alias("turns_with_reasoning"),
     ]
+    for scorer in SCORED_BY:
+        score = pl.col("metadata").struct.field("score").struct.field(scorer)
+        exprs += [
+            score.struct.field("passed").count().alias(f"score\0{scorer}\0scored"),
+            score.struct.field("passed").sum().alias(f"score\0{scorer}\0passed"),
+            score.struct.field("value").sum().alias(f"score\0{scorer}\0value"),
+        ]
     totals: dict[str, Any] = {str(e.meta.output_name()): 0 for e in exprs}
     totals["cost"] = 0.0
     for chunk in line_chunks(path, _CHUNK_BYTES):
@@ -380,11 +407,17 @@ def _cached_row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     """:func:`_row_sums` of ``path``, remembered in its merge state while the file is unchanged."""
     state = _read_state(path)
     cached = state.get("row_sums")
-    if cached and cached.get("file") == _signature(path) and cached.get("tools") == tools:
+    if (
+        cached
+        and cached.get("file") == _signature(path)
+        and cached.get("tools") == tools
+        and cached.get("version") == _ROW_SUMS_VERSION
+    ):
         return cached["sums"]
     sums = _row_sums(path, tools)
     if state:  # only a merged file with a state (made by merge_trajectories) gets its sums remembered
-        _write_state(path, {**state, "row_sums": {"file": _signature(path), "tools": tools, "sums": sums}})
+        remembered = {"file": _signature(path), "tools": tools, "version": _ROW_SUMS_VERSION, "sums": sums}
+        _write_state(path, {**state, "row_sums": remembered})
     return sums
 
 

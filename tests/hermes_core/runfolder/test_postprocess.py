@@ -280,6 +280,7 @@ def test_statistics_exact_numbers(tmp_path):
         # rows 100+50+7 and 40+5+3, tombstones 20+1 and 6+1
         "tokens": {"prompt": 178, "completion": 55, "reasoning": 11, "total": 233},
         "cost_usd": 0.875,
+        "scores": {},  # no row was scored
         "merge": {"duplicates_dropped": 0, "orphaned": 0, "torn_lines": 0},
         "flow_run_id": "fr-1",
     }
@@ -288,7 +289,7 @@ def test_statistics_exact_numbers(tmp_path):
     assert keys == [
         "run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model", "completed_at",
         "duration_seconds", "tool_statistics", "reasoning_statistics", "discarded_no_reasoning", "completed",
-        "failed", "filtered_hallucinated", "tokens", "cost_usd", "merge", "flow_run_id",
+        "failed", "filtered_hallucinated", "tokens", "cost_usd", "scores", "merge", "flow_run_id",
     ]  # fmt: skip
 
 

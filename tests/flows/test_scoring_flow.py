@@ -1,0 +1,88 @@
+"""Scored runs end to end: the command line, a real Prefect server, the mock over HTTP, real sandboxes.
+
+``examples/verified.jsonl``: three records with an ``answer`` (the mock told what to answer), three
+with a ``verify`` command that checks what the agent's terminal command wrote in its folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hermes_core.mockllm import MockServer
+from tests.conftest import conversation_key, run_args
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+EXPECTED = [  # (scorer, passed, explanation) per record of examples/verified.jsonl
+    ("answer", True, "matches 'Paris.'"),
+    ("answer", True, "matches '42'"),  # from its ANSWER: line
+    ("answer", False, "'London' is not one of ['Paris']"),
+    ("verify", True, "exit 0"),
+    ("verify", False, "exit 1"),
+    ("verify", True, "exit 0"),
+]
+
+
+@pytest.fixture
+def server(tmp_path):
+    with MockServer(request_log=str(tmp_path / "requests.jsonl")) as srv:
+        yield srv
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, server):
+    dataset = shutil.copy(REPO / "examples" / "verified.jsonl", cli.cwd / "verified.jsonl")
+    args = run_args(dataset, "verified", server, "--batch_size=3")
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = cli.cwd / "data" / "verified"
+    rows = _rows(run / "trajectories.jsonl")
+    got = [
+        (name, score["passed"], score["explanation"])
+        for row in rows
+        for name, score in row["metadata"]["score"].items()
+    ]
+    assert got == EXPECTED
+    assert [row["metadata"]["passed"] for row in rows] == [passed for _, passed, _ in EXPECTED]
+    assert [row["metadata"]["score"][name]["value"] for row, (name, _, _) in zip(rows, EXPECTED, strict=True)] == [
+        1.0, 1.0, 0.0, 1.0, 0.0, 1.0,
+    ]  # fmt: skip
+    stats = json.loads((run / "statistics.json").read_text())
+    assert stats["scores"] == {
+        "answer": {"scored": 3, "passed": 2, "failed": 1, "mean": 0.6667},
+        "verify": {"scored": 3, "passed": 2, "failed": 1, "mean": 0.6667},
+    }
+    assert "Scores: answer 2/3 passed (mean 0.6667) · verify 2/3 passed (mean 0.6667)" in proc.stdout
+    requests = server.stats()["requests"]
+    resumed = cli(*args, "--resume")  # nothing to do: scored rows are finished work
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert server.stats()["requests"] == requests
+    assert json.loads((run / "statistics.json").read_text())["scores"] == stats["scores"]
+
+
+def test_verify_timeout_and_explicit_scorers(cli, server):
+    records = [
+        {"prompt": "[mock:command=true] wait", "verify": "sleep 30", "answer": "no"},
+        {"prompt": "[mock:answer=yes] say yes", "answer": "Yes!", "verify": "true"},
+        {"prompt": "[mock:answer=no] nothing to score"},
+    ]
+    dataset = cli.cwd / "explicit.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    proc = cli(*run_args(dataset, "explicit", server, "--scorer=answer,verify", "--verify_timeout=1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = _rows(cli.cwd / "data" / "explicit" / "trajectories.jsonl")
+    first, second, third = (row["metadata"] for row in rows)
+    assert list(first["score"]) == ["answer", "verify"]
+    assert first["score"]["verify"] == {"value": 0.0, "passed": False, "explanation": "timed out after 1 s"}
+    assert first["passed"] is False
+    assert second["score"]["answer"]["passed"] and second["score"]["verify"]["passed"] and second["passed"]
+    assert "score" not in third and "passed" not in third  # a record with neither field is not scored
+    assert [server.stats()["by_conversation"][conversation_key(r["prompt"])] for r in records] == [3, 3, 3]
