@@ -1,4 +1,4 @@
-"""The run's spend cap (README § Run control, Budget): whether the next prompt, and the next model
+"""The run's spend cap (README § Run control, the spend cap): whether the next prompt, and the next model
 request, may start, and what to say when not.
 
 The spend is the whole run's, every invocation, from the ledger (:class:`hermes_core.runfolder.spend.SpendTally`,

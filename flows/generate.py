@@ -1,4 +1,4 @@
-"""The ``generate-trajectories`` flow: read dataset -> map prompt tasks -> filter and merge -> publish.
+"""The ``generate-trajectories`` flow: read dataset -> prepare sandboxes -> map prompt tasks -> filter and merge -> statistics -> publish.
 
 Reads top to bottom like the job it does; the steps live elsewhere:
 

@@ -1,4 +1,4 @@
-"""Read and validate a JSONL prompt dataset (README § Dataset) and give each record its identity (section 9).
+"""Read and validate a JSONL prompt dataset (README § Dataset) and give each record its identity (README § Resume, retries, identity).
 
 Pure Python, no Prefect: the flow wraps :func:`read_dataset` in a task.
 

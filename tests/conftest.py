@@ -1,4 +1,5 @@
-"""Shared fixtures: the mock model server over real HTTP, and a clean environment for Prefect."""
+"""Shared fixtures: the mock model server over real HTTP, the session's Prefect server, the ``cli`` runner, the
+deployment ``stack``, a clean environment for Prefect; and the hook that marks tests ``slow`` / ``exclusive``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The run folder's file names and layout: the one place that spells them (README § Resume, retries, identity).
+"""The run folder's file names and layout: the one place that spells them (README § Outputs).
 
 Every module that reads or writes a run folder asks :class:`RunFolder` for a file's path (or
 takes a name constant below) instead of spelling the name itself.

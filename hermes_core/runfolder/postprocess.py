@@ -1,4 +1,4 @@
-"""Merge a run folder's batch files into ``trajectories.jsonl`` and compute ``statistics.json`` (README § Resume, retries, identity).
+"""Merge a run folder's batch files into ``trajectories.jsonl`` and compute ``statistics.json`` (README § Outputs).
 
 Pure Python + polars, no Prefect: the flow wraps these functions in tasks. Both functions stream:
 the merge keeps only a small index entry per row (batch file, byte offset, length, target index)

@@ -1,7 +1,7 @@
 """What a run folder says about itself, for people: settings without secrets, statistics, tool usage.
 
 Read by the viewer's run page and the exported dataset card, from ``run.json`` and
-``statistics.json`` (README § Resume, retries, identity). Every string passes the process's secret redaction
+``statistics.json`` (README § Outputs). Every string passes the process's secret redaction
 (:func:`hermes_core.redaction.redactor`), and settings named like credentials are left out.
 """
 

@@ -1,4 +1,4 @@
-"""Toolset distributions: the 17 of the spec, sampling frequencies, fallback rule, reproducibility."""
+"""Toolset distributions: the 17 of the reference, sampling frequencies, fallback rule, reproducibility."""
 
 from __future__ import annotations
 
