@@ -311,7 +311,7 @@ class BatchConfig(BaseModel):
         settings: dict[str, Any] = {}
         for model in (self, *(getattr(self, name) for name in GROUPS)):
             for name, info in type(model).model_fields.items():
-                if is_defining(info):
+                if is_defining(info, getattr(model, name)):
                     settings[name] = getattr(model, name)
         return settings
 

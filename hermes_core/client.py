@@ -41,7 +41,7 @@ from hermes_core import cancel
 from hermes_core.endpoints import require_key
 from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.limiter import ConcurrencyLimiter
-from hermes_core.options import DEFINING, CommaList
+from hermes_core.options import DEFINING, DEFINING_WHEN_SET, CommaList
 from hermes_core.redaction import valid_text
 from hermes_core.spend_guard import RequestGuard
 from hermes_core.trajectory import extract_reasoning
@@ -79,6 +79,20 @@ class ModelOptions(BaseModel):
     )
     provider_sort: ProviderSort | None = Field(
         default=None, description="OpenRouter provider.sort: price, throughput or latency."
+    )
+    temperature: float | None = Field(
+        default=None,
+        ge=0,
+        le=2,
+        description="Sampling temperature (default: the provider's); set it so that samples differ.",
+        json_schema_extra=DEFINING_WHEN_SET,
+    )
+    top_p: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Nucleus sampling: the top_p probability mass (default: the provider's).",
+        json_schema_extra=DEFINING_WHEN_SET,
     )
     reasoning_effort: ReasoningEffort | None = Field(
         default=None,
@@ -284,6 +298,9 @@ class ModelClient:
             body["tools"] = tools
         if self.options.max_tokens:
             body["max_tokens"] = self.options.max_tokens
+        for name in ("temperature", "top_p"):
+            if getattr(self.options, name) is not None:
+                body[name] = getattr(self.options, name)
         body.update(self._extra_body)
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, ModelError) and exc.retryable),

@@ -7,6 +7,9 @@ generated from those fields; this metadata says what else a field is:
 
 * :data:`DEFINING` - the setting defines a sample (README § Resume, retries, identity): it is part of each prompt's
   identity, and a run refuses to continue with another value;
+* :data:`DEFINING_WHEN_SET` - the same, but only once it is given a value: unset (None, the
+  provider's default) it is left out of the defining settings, so an option added this way keeps
+  the identities of the prompts of runs made before it existed;
 * :data:`INTERNAL` - the field is set by code, not by the user (no flag, no flow parameter).
 
 Examples:
@@ -26,6 +29,8 @@ from pydantic.fields import FieldInfo
 
 DEFINING: dict[str, Any] = {"defining": True}
 """``json_schema_extra`` of a setting that defines a sample."""
+DEFINING_WHEN_SET: dict[str, Any] = {"defining": "when_set"}
+"""``json_schema_extra`` of a setting that defines a sample when it is not None."""
 INTERNAL: dict[str, Any] = {"run_option": False}
 """``json_schema_extra`` of a field that is not a user-facing run option."""
 
@@ -48,9 +53,10 @@ def _extra(field: FieldInfo) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 
 
-def is_defining(field: FieldInfo) -> bool:
-    """True when the field is marked :data:`DEFINING`."""
-    return bool(_extra(field).get("defining"))
+def is_defining(field: FieldInfo, value: Any = None) -> bool:
+    """True when the field is marked :data:`DEFINING`, or :data:`DEFINING_WHEN_SET` and ``value`` is not None."""
+    marker = _extra(field).get("defining")
+    return marker == "when_set" and value is not None or marker is True
 
 
 def is_run_option(field: FieldInfo) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import typing
 from pathlib import Path
@@ -22,6 +23,8 @@ from flows.config import (
     unset_choice_options,
 )
 from flows.generate import generate_trajectories
+from hermes_core.dataset import read_dataset
+from hermes_core.runfolder.run_info import RunStateError, check_run_dir, start_invocation
 from hermes_core.settings import (
     BrowserSettings,
     HermesSettings,
@@ -202,6 +205,29 @@ def test_nested_options_are_flat_and_defining_settings_come_from_the_fields():
         BatchConfig.from_options(dataset_file="d", batch_size=1, run_name="r", max_turns=0)
     with pytest.raises(OptionError, match="invalid nope: not an option"):
         BatchConfig.from_options(dataset_file="d", batch_size=1, run_name="r", nope=1)
+
+
+def test_temperature_and_top_p_define_a_sample_only_once_set(tmp_path):
+    """Unset, they are not in the defining settings: the identities of runs made before they existed stay."""
+    base = {"dataset_file": "d", "batch_size": 1, "run_name": "r", "model": "m/x"}
+    unset = BatchConfig.from_options(**base)
+    assert "temperature" not in unset.defining_settings() and "top_p" not in unset.defining_settings()
+    before = json.dumps({k: v for k, v in unset.defining_settings().items()}, sort_keys=True)
+    assert unset.settings_hash() == hashlib.sha256(before.encode()).hexdigest()[:16]
+    hot = BatchConfig.from_options(**base, temperature=1.0, top_p=0.95)
+    assert hot.defining_settings()["temperature"] == 1.0 and hot.defining_settings()["top_p"] == 0.95
+    assert hot.settings_hash() != unset.settings_hash()
+    # a run made without them resumes without them, and refuses a temperature
+    run = tmp_path / "run"
+    run.mkdir()
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text('{"prompt": "p"}\n', encoding="utf-8")
+    start_invocation(run, "r", unset.defining_settings(), unset.settings_hash(), read_dataset(dataset), None)
+    check_run_dir(run, unset.defining_settings(), resume=True, overwrite=False)
+    with pytest.raises(RunStateError, match=r"temperature: None -> 1.0"):
+        check_run_dir(run, hot.defining_settings(), resume=True, overwrite=False)
+    with pytest.raises(OptionError, match="invalid temperature"):
+        BatchConfig.from_options(**base, temperature=3)
 
 
 def test_the_command_line_builds_the_same_config():

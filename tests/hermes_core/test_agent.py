@@ -236,6 +236,8 @@ def test_request_body_has_routing_reasoning_and_unstored_prompts():
             model=ModelOptions(
                 model="some/model",
                 max_tokens=321,
+                temperature=0.7,
+                top_p=0.9,
                 providers_allowed=["a", "b"],
                 providers_order=["b"],
                 provider_sort="price",
@@ -258,6 +260,7 @@ def test_request_body_has_routing_reasoning_and_unstored_prompts():
         server.shutdown()
     body = _Recorder.bodies[-1]
     assert body["max_tokens"] == 321
+    assert (body["temperature"], body["top_p"]) == (0.7, 0.9)
     assert body["provider"] == {"only": ["a", "b"], "order": ["b"], "sort": "price"}
     assert body["reasoning"] == {"enabled": True, "effort": "high"}
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
