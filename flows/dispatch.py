@@ -203,9 +203,10 @@ def record_outcome(
         error_type = type(exc).__name__ if isinstance(exc, BaseException) else state.type.value
     message = str(exc) if isinstance(exc, BaseException) else (state.message or "")
     attempts = failure.attempts if failure is not None else 1
+    kind = failure.kind if failure is not None else "infra"  # a crash of the task: this machine's
     failed.append(
         ledger.record_failure(
-            job.prompt_id, job.prompt_index, error_type, message, attempts=attempts, usage=usage
+            job.prompt_id, job.prompt_index, error_type, message, attempts=attempts, usage=usage, kind=kind
         )
     )
     settle_failed_usage(job.prompt_id)

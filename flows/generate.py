@@ -40,6 +40,7 @@ from flows.tuning import limit_malloc_arenas, tune_garbage_collector
 from hermes_core import cancel, spend_guard
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
+from hermes_core.exceptions import FAILURE_KINDS
 from hermes_core.limiter import run_limiter
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger, RunLock
@@ -149,6 +150,7 @@ def _generate_trajectories(**options: Any) -> State:
             return Cancelled(message=message)
 
         run_control = {
+            "failed_by_kind": {kind: sum(f["kind"] == kind for f in failed) for kind in FAILURE_KINDS},
             "budget": budget.figures(),
             "concurrency": {**limiter.snapshot(), "scope": "flow process"} if limiter else None,
         }

@@ -16,10 +16,15 @@ error tool result (``{"error": ...}``) and counts in ``tool_error_counts``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 if TYPE_CHECKING:
     from hermes_core.usage import Usage
+
+
+FailureKind = Literal["model", "provider", "infra"]
+"""Who a failed prompt's failure belongs to (:attr:`HermesError.kind`)."""
+FAILURE_KINDS: tuple[FailureKind, ...] = ("model", "provider", "infra")
 
 
 class HermesError(Exception):
@@ -41,10 +46,16 @@ class HermesError(Exception):
             prompt task; None when nothing is known (the error came before any model call).
         attempts: the attempts of the prompt that ran, this one included (1 = the first); set by
             the prompt task.
+        kind: who failed, as ``failures.jsonl`` records it: ``model`` (the sample itself: it ran
+            past its deadline...), ``provider`` (the model API: :class:`ModelError`) or ``infra``
+            (this machine: the sandbox or container broke, a configuration or an unexpected
+            error). Statistics count each kind apart; an ``infra`` failure says nothing of the
+            model.
     """
 
     usage: Usage | None = None
     attempts: int = 1
+    kind: ClassVar[FailureKind] = "model"
 
     def __init__(self, *args: object):
         if args:
@@ -74,6 +85,8 @@ class UnexpectedError(HermesError):
         os_error: as the argument.
     """
 
+    kind: ClassVar[FailureKind] = "infra"
+
     def __init__(self, error_type: str, message: str, *, os_error: bool = False):
         if os_error:
             super().__init__(message)
@@ -102,6 +115,8 @@ def _rebuild_unexpected(cls: type[UnexpectedError], args: tuple) -> UnexpectedEr
 class ConfigError(HermesError, ValueError):
     """Invalid configuration: unknown distribution, toolset, backend or option."""
 
+    kind: ClassVar[FailureKind] = "infra"
+
 
 class ToolError(HermesError):
     """A tool call the model got wrong or that the tool reports as failed.
@@ -113,6 +128,8 @@ class ToolError(HermesError):
 class SandboxError(HermesError):
     """The prompt's environment could not be created or broke (not a failing command)."""
 
+    kind: ClassVar[FailureKind] = "infra"
+
 
 class ModelError(HermesError):
     """The model API failed after retries, or refused the request (non-retryable 4xx).
@@ -123,6 +140,8 @@ class ModelError(HermesError):
             connection) and a later attempt of the whole prompt may succeed.
         retry_after: seconds the provider asked to wait (``Retry-After``), or None.
     """
+
+    kind: ClassVar[FailureKind] = "provider"
 
     def __init__(
         self,
@@ -177,8 +196,10 @@ class RepeatedToolErrors(AgentStop):
 
 
 __all__ = [
+    "FAILURE_KINDS",
     "AgentStop",
     "ConfigError",
+    "FailureKind",
     "HermesError",
     "ModelError",
     "OutputTruncated",

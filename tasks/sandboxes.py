@@ -96,5 +96,7 @@ def prepare_sandboxes(
         if reason is None:
             runnable.append(index)
         else:
-            failed.append(ledger.record_failure(ids[index], index, "ImageUnavailable", reason, attempts=0))
+            failed.append(
+                ledger.record_failure(ids[index], index, "ImageUnavailable", reason, attempts=0, kind="infra")
+            )
     return runnable, failed

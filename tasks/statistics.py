@@ -100,6 +100,7 @@ def publish_task(config, stats: dict[str, Any], failed: list[dict[str, Any]], wa
                 {
                     "prompt_index": f["prompt_index"],
                     "error_type": f["error_type"],
+                    "kind": f.get("kind", "model"),
                     "message": first_line(f["message"]),
                     "attempts": f["attempts"],
                 }

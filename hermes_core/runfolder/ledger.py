@@ -288,8 +288,12 @@ class RunLedger:
         message: str,
         attempts: int,
         usage: dict[str, Any] | None = None,
+        kind: str = "model",
     ) -> dict[str, Any]:
         """Append a failure line (the prompt stays pending for a resume or a retry); returns it.
+
+        ``kind`` says who failed: ``model``, ``provider`` or ``infra``
+        (:attr:`hermes_core.exceptions.HermesError.kind`).
 
         ``usage`` is what the failed attempts spent (``{prompt_tokens, completion_tokens,
         reasoning_tokens, cost}``; None: nothing known, recorded as zero tokens). The message is
@@ -299,6 +303,7 @@ class RunLedger:
             "prompt_id": prompt_id,
             "prompt_index": prompt_index,
             "error_type": error_type,
+            "kind": kind,
             "message": redact(message),
             "attempts": attempts,
             "usage": usage

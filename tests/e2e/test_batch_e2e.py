@@ -264,6 +264,44 @@ def test_faults_land_in_the_right_place(cli, mock_server):
     )
 
 
+def test_failure_kinds_tell_the_provider_and_this_machine_from_the_model(cli, mock_server):
+    """failures.jsonl says who failed: the provider, this machine (the sandbox died), or the model's sample."""
+    kill_the_sandbox = (
+        "grep -q bwrap /proc/1/cmdline && kill -9 $(cat /proc/1/task/1/children)"  # never the host's
+    )
+    prompts = [
+        "[mock:error_5xx=50] kinds: server errors after retries",
+        f"[mock:command={kill_the_sandbox}] kinds: the sandbox dies",
+        "[mock:latency_ms=3000] kinds: too slow",
+        "kinds: plain prompt",
+    ]
+    dataset = _write_dataset(cli.cwd / "kinds.jsonl", prompts)
+    args = _args(dataset, "kinds", mock_server, "--retries=1", "--prompt_timeout=2")
+    proc = cli(*args, env={"HERMES_LOCAL_ISOLATION": "bwrap"})
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    run = cli.cwd / "data" / "kinds"
+    failures = sorted(_jsonl(run / "failures.jsonl"), key=lambda f: f["prompt_index"])
+    assert [(f["prompt_index"], f["error_type"], f["kind"], f["attempts"]) for f in failures] == [
+        (0, "ModelError", "provider", 2),  # transient: retried
+        (1, "SandboxError", "infra", 2),  # this machine's failure: retried like a transient one
+        (2, "PromptTimeout", "model", 1),  # the sample's own: not retried (it would pay twice)
+    ]
+    assert list(failures[0]) == [
+        "prompt_id",
+        "prompt_index",
+        "error_type",
+        "kind",
+        "message",
+        "attempts",
+        "usage",
+        "time",
+    ]
+    stats = json.loads((run / "statistics.json").read_text())
+    assert stats["failed"] == 3
+    assert stats["failed_by_kind"] == {"model": 1, "provider": 1, "infra": 1}
+    assert [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")] == [3]
+
+
 def test_invalid_dataset_is_refused_before_any_model_call(cli, mock_server):
     path = cli.cwd / "bad.jsonl"
     path.write_text(
