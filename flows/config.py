@@ -46,7 +46,7 @@ from hermes_core.client import ModelOptions
 from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import RunSpec
-from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, check_scorers
+from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, KEEP_CHOICES, check_scorers
 from hermes_core.settings import TerminalBackend
 
 _RUN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -56,6 +56,7 @@ DistributionName = Literal[tuple(sorted(DISTRIBUTIONS))]  # type: ignore[valid-t
 TaskRunnerName = Literal["threads", "dask"]
 """Where prompt tasks run: ``threads`` (the flow's thread pool) or ``dask`` (prefect-dask)."""
 BudgetAction = Literal["drain", "cancel"]
+KeepChoice = Literal[KEEP_CHOICES]  # type: ignore[valid-type]
 """What a reached spend cap does to running prompts: ``drain`` (they finish) or ``cancel``."""
 UNSET_CHOICE = "default"
 """The flow-parameter value of an unset (None) option that has a fixed set of values.
@@ -127,6 +128,11 @@ class BatchConfig(BaseModel):
     )
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
+    )
+    keep: KeepChoice = Field(
+        default="all",
+        description="Rows trajectories.jsonl keeps: all; passed (metadata.passed true); best (per record, "
+        "the highest mean score, ties to the fewest model calls). The others go to rejected.jsonl.",
     )
     api_key_secret: str | None = Field(
         default=None,

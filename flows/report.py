@@ -53,7 +53,7 @@ def finish_run(
         (merge_task, statistics_task) if in_flow else (merge_task.fn, statistics_task.fn)
     )
     indexes = quote(index_of) if in_flow else index_of
-    merge = merge_step(config.run_dir, indexes)
+    merge = merge_step(config.run_dir, indexes, config.keep)
     finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
     return statistics_step(config, merge, indexes, info.total_duration, failed_ids, run_control)
 

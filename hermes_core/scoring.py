@@ -27,6 +27,10 @@ from typing import Any, Protocol
 
 SCORERS = ("auto", "answer", "verify")
 """Names ``--scorer`` accepts."""
+KEEP_CHOICES = ("all", "passed", "best")
+"""The merge's filters by score (``--keep``): every row; rows with ``metadata.passed`` true; per
+record (prompt_index), the row with the highest mean score, ties to the fewest ``api_calls``, then
+to the first written (:func:`hermes_core.runfolder.postprocess.merge_trajectories`)."""
 DEFAULT_VERIFY_TIMEOUT = 120.0
 """Seconds a ``verify`` command may run (``--verify_timeout``)."""
 VERIFY_EXPLANATION_CHARS = 2000
@@ -171,6 +175,7 @@ def describe_scores(scores: dict[str, dict[str, Any]]) -> str:
 __all__ = [
     "describe_scores",
     "DEFAULT_VERIFY_TIMEOUT",
+    "KEEP_CHOICES",
     "SCORERS",
     "ScoreEnvironment",
     "applied_scorers",

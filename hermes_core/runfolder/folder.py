@@ -41,6 +41,7 @@ __all__ = [
     "CANCELLED_FILE",
     "CHECKPOINT_FILE",
     "DISCARDED_FILE",
+    "REJECTED_FILE",
     "FAILURES_FILE",
     "LEDGER_FILES",
     "LEDGER_INDEX_FILE",
@@ -62,6 +63,7 @@ __all__ = [
 
 RUN_FILE = "run.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"
+REJECTED_FILE = "rejected.jsonl"
 STATISTICS_FILE = "statistics.json"
 DISCARDED_FILE = "discarded.jsonl"
 FAILURES_FILE = "failures.jsonl"
@@ -126,6 +128,11 @@ class RunFolder:
     def statistics(self) -> Path:
         """``statistics.json``: the run's statistics."""
         return self.path / STATISTICS_FILE
+
+    @property
+    def rejected(self) -> Path:
+        """``rejected.jsonl``: the rows the merge's ``--keep`` filter left out, with their scores."""
+        return self.path / REJECTED_FILE
 
     @property
     def discarded(self) -> Path:

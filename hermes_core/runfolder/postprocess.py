@@ -15,6 +15,7 @@ statistics of an unchanged merged file are not read again: a ``--resume`` of a f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -35,7 +36,7 @@ from hermes_core.runfolder.files import (
     write_json_atomic,
 )
 from hermes_core.runfolder.folder import TRAJECTORIES_FILE, RunFolder, merge_state_name
-from hermes_core.scoring import SCORERS
+from hermes_core.scoring import KEEP_CHOICES, SCORERS
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
 
@@ -60,6 +61,8 @@ class MergeResult:
         torn_lines: lines that are not a JSON object (a killed writer's torn last line; a bad
             line elsewhere is counted too and logged as a warning).
         path: the merged file.
+        keep: the filter applied (``all``, ``passed``, ``best``: :data:`KEEP_CHOICES`).
+        rejected: rows the filter left out (written to ``rejected.jsonl``).
     """
 
     rows_written: int
@@ -68,6 +71,8 @@ class MergeResult:
     orphaned: int
     torn_lines: int
     path: Path
+    keep: str = "all"
+    rejected: int = 0
 
 
 class _Entry(NamedTuple):
@@ -78,6 +83,40 @@ class _Entry(NamedTuple):
     offset: int  # byte offset of the line in the batch file
     length: int  # bytes of the line without its line end
     rewrite: bool  # prompt_index must be rewritten
+    passed: bool  # metadata.passed is true
+    score: float  # mean of the row's metadata.score values (0.0 when not scored)
+    api_calls: int  # the row's api_calls (fewer wins a tie of --keep best)
+
+
+def _kept(entries: list[_Entry], keep: str) -> list[bool]:
+    """For sorted ``entries``, whether each is kept by the ``keep`` filter (:data:`KEEP_CHOICES`)."""
+    if keep == "all":
+        return [True] * len(entries)
+    if keep == "passed":
+        return [entry.passed for entry in entries]
+    best: dict[int, int] = {}  # prompt_index -> position of its best entry so far
+    for position, entry in enumerate(entries):
+        chosen = best.get(entry.index)
+        if chosen is None or (entry.score, -entry.api_calls) > (
+            entries[chosen].score,
+            -entries[chosen].api_calls,
+        ):
+            best[entry.index] = position
+    winners = set(best.values())
+    return [position in winners for position in range(len(entries))]
+
+
+def _score_of(metadata: Any) -> tuple[bool, float]:
+    """(metadata.passed is true, mean of metadata.score's values) of a row's metadata."""
+    if not isinstance(metadata, dict):
+        return False, 0.0
+    scores = metadata.get("score")
+    values = [
+        s["value"]
+        for s in (scores.values() if isinstance(scores, dict) else ())
+        if isinstance(s, dict) and isinstance(s.get("value"), int | float)
+    ]
+    return metadata.get("passed") is True, sum(values) / len(values) if values else 0.0
 
 
 def batch_files(run_dir: Path) -> list[Path]:
@@ -91,6 +130,7 @@ def merge_trajectories(
     index_of: Mapping[str, int] | None,
     valid_tools: Collection[str],
     out_name: str = TRAJECTORIES_FILE,
+    keep: str = "all",
 ) -> MergeResult:
     """Merge ``run_dir/batch_*.jsonl`` into ``run_dir/<out_name>``, ordered by prompt_index.
 
@@ -107,6 +147,9 @@ def merge_trajectories(
             (``orphaned``). None keeps each row's own prompt_index.
         valid_tools: the registry's tool names; a row whose ``tool_stats`` has another key is dropped.
         out_name: name of the merged file inside ``run_dir``.
+        keep: the filter by score, one of :data:`KEEP_CHOICES`; the rows it leaves out go, in the
+            same order and form, to ``rejected.jsonl`` (removed when ``keep`` is ``all``). The
+            no-reasoning and hallucinated-tool filters apply first.
 
     Returns:
         The :class:`MergeResult` counts.
@@ -118,7 +161,10 @@ def merge_trajectories(
     tools = frozenset(valid_tools)
     files = batch_files(run_dir)
     out_path = run_dir / out_name
-    inputs = _merge_inputs(files, index_of, tools)
+    if keep not in KEEP_CHOICES:
+        raise ValueError(f"keep must be one of {', '.join(KEEP_CHOICES)} (got {keep!r})")
+    inputs = {**_merge_inputs(files, index_of, tools), "keep": keep}
+    rejected_path = RunFolder(run_dir).rejected
     state = _read_state(out_path)
     if state.get("inputs") == inputs and state.get("output") == _signature(out_path):
         return MergeResult(**state["merge"], path=out_path)  # same inputs, same output: nothing to do
@@ -159,25 +205,36 @@ def merge_trajectories(
                 hallucinated += 1
                 continue
             rewrite = type(own_index) is not int or own_index != index
-            entries.append(_Entry(index, file_no, offset, len(raw), rewrite))
+            passed, score = _score_of(metadata)
+            api_calls = row.get("api_calls") if type(row.get("api_calls")) is int else 0
+            entries.append(_Entry(index, file_no, offset, len(raw), rewrite, passed, score, api_calls))
 
-    entries.sort()
-    with _FilePool(files) as pool, atomic_writer(out_path) as out:
-        for entry in entries:
+    entries.sort(key=lambda e: (e.index, e.file_no, e.offset))
+    kept = _kept(entries, keep)
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(_FilePool(files))
+        out = stack.enter_context(atomic_writer(out_path))
+        rejected = stack.enter_context(atomic_writer(rejected_path)) if keep != "all" else None
+        for entry, keep_it in zip(entries, kept, strict=True):
             raw = pool.read(entry.file_no, entry.offset, entry.length)
             if entry.rewrite:
                 row = json.loads(raw)
                 row = {"prompt_index": entry.index, **row} if "prompt_index" not in row else row
                 row["prompt_index"] = entry.index
                 raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
-            out.write(raw)
-            out.write(b"\n")
+            target = out if keep_it else rejected
+            target.write(raw)
+            target.write(b"\n")
+    if keep == "all":
+        rejected_path.unlink(missing_ok=True)  # an earlier merge's, with another filter
     counts = {
-        "rows_written": len(entries),
+        "rows_written": sum(kept),
         "duplicates_dropped": duplicates,
         "filtered_hallucinated": hallucinated,
         "orphaned": orphaned,
         "torn_lines": torn,
+        "keep": keep,
+        "rejected": len(kept) - sum(kept),
     }
     _write_state(out_path, {"inputs": inputs, "output": _signature(out_path), "merge": counts})
     return MergeResult(**counts, path=out_path)
@@ -258,8 +315,11 @@ def compute_statistics(
         the rows' and the tombstones' ``usage`` (tokens spent on discarded samples were paid
         for); ``total`` = prompt + completion (reasoning tokens are part of completion tokens);
         ``cost_usd`` is None when no row or tombstone reports a cost; ``scores`` (``{scorer:
-        {scored, passed, failed, mean}}`` over the merged rows that scorer scored, see
-        :mod:`hermes_core.scoring`; empty when none was scored); ``flow_run_id`` names the
+        {scored, passed, failed, mean}}`` over the rows that scorer scored, see
+        :mod:`hermes_core.scoring`; empty when none was scored); ``kept_by_filter`` (``{keep,
+        kept, rejected}``: the merge's filter by score and its counts; the rejected rows, in
+        ``rejected.jsonl``, count in the tools, reasoning, tokens, cost and scores, not in
+        ``completed``); ``flow_run_id`` names the
         flow run that wrote the file (so a reader can tell a stale file from this run's); ``merge``
         says what the merge left out besides hallucinated rows (``duplicates_dropped``, ``orphaned``:
         rows of records no longer in the dataset, ``torn_lines``).
@@ -271,6 +331,9 @@ def compute_statistics(
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
     sums = _cached_row_sums(Path(merge.path), tools)
+    if merge.rejected:  # rejected samples were run and paid for: their usage, tools and scores count
+        rejected = _row_sums(RunFolder(run_dir).rejected, tools)
+        sums = {key: value + (rejected[key] if key != "rows" else 0) for key, value in sums.items()}
     tomb = _tombstone_sums(RunFolder(run_dir).discarded, index_of)
 
     tool_statistics = {}
@@ -316,6 +379,7 @@ def compute_statistics(
         },
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
         "scores": _scores(sums),
+        "kept_by_filter": {"keep": merge.keep, "kept": sums["rows"], "rejected": merge.rejected},
         "merge": {
             "duplicates_dropped": merge.duplicates_dropped,
             "orphaned": merge.orphaned,

@@ -66,6 +66,16 @@ def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, s
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert server.stats()["requests"] == requests
     assert json.loads((run / "statistics.json").read_text())["scores"] == stats["scores"]
+    # rejection sampling afterwards: --keep is not defining, the merge applies it, nothing runs again
+    kept = cli(*args, "--resume", "--keep=passed")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert server.stats()["requests"] == requests
+    assert [r["prompt_index"] for r in _rows(run / "trajectories.jsonl")] == [0, 1, 3, 5]
+    assert [r["prompt_index"] for r in _rows(run / "rejected.jsonl")] == [2, 4]
+    assert all(r["metadata"]["passed"] is False for r in _rows(run / "rejected.jsonl"))
+    after = json.loads((run / "statistics.json").read_text())
+    assert after["kept_by_filter"] == {"keep": "passed", "kept": 4, "rejected": 2}
+    assert after["completed"] == 4 and after["scores"] == stats["scores"]  # the rejected rows still count
 
 
 def test_verify_timeout_and_explicit_scorers(cli, server):

@@ -281,6 +281,7 @@ def test_statistics_exact_numbers(tmp_path):
         "tokens": {"prompt": 178, "completion": 55, "reasoning": 11, "total": 233},
         "cost_usd": 0.875,
         "scores": {},  # no row was scored
+        "kept_by_filter": {"keep": "all", "kept": 3, "rejected": 0},
         "merge": {"duplicates_dropped": 0, "orphaned": 0, "torn_lines": 0},
         "flow_run_id": "fr-1",
     }
@@ -289,7 +290,8 @@ def test_statistics_exact_numbers(tmp_path):
     assert keys == [
         "run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model", "completed_at",
         "duration_seconds", "tool_statistics", "reasoning_statistics", "discarded_no_reasoning", "completed",
-        "failed", "filtered_hallucinated", "tokens", "cost_usd", "scores", "merge", "flow_run_id",
+        "failed", "filtered_hallucinated", "tokens", "cost_usd", "scores", "kept_by_filter", "merge",
+        "flow_run_id",
     ]  # fmt: skip
 
 
@@ -420,3 +422,61 @@ def _stats_of(run: Path, merge: MergeResult, index_of: dict) -> dict:
         failed_prompt_ids=[],
         valid_tools=TOOLS,
     )
+
+
+def _scored(index, pid, value: float | None, api_calls: int, tokens: int = 10) -> dict:
+    """A row of prompt ``index`` scored ``value`` by the answer scorer (None: not scored)."""
+    row = _row(
+        index,
+        pid,
+        usage={"prompt_tokens": tokens, "completion_tokens": 1, "reasoning_tokens": 0, "cost": None},
+    )
+    row["api_calls"] = api_calls
+    if value is not None:
+        row["metadata"]["score"] = {"answer": {"value": value, "passed": value == 1.0, "explanation": "x"}}
+        row["metadata"]["passed"] = value == 1.0
+    return row
+
+
+def test_keep_passed_and_best_send_the_others_to_rejected_and_statistics_count_both(tmp_path):
+    run = tmp_path / "run"
+    rows = [
+        _scored(0, "a0", 0.0, 2),
+        _scored(0, "a1", 1.0, 5),
+        _scored(0, "a2", 1.0, 3),  # best of record 0: passed, fewer model calls than a1
+        _scored(1, "b0", 0.0, 4),
+        _scored(1, "b1", None, 1),  # best of record 1: not scored counts as 0.0, and fewer model calls
+        _scored(2, "c0", None, 2),  # record 2: not scored
+    ]
+    _write(run, "batch_0.jsonl", *rows[:3])
+    _write(run, "batch_1.jsonl", *rows[3:])
+    index_of = {"a0": 0, "a1": 0, "a2": 0, "b0": 1, "b1": 1, "c0": 2}
+
+    def pids(path):
+        return [r["metadata"]["prompt_id"] for r in (json.loads(x) for x in path.read_text().splitlines())]
+
+    def statistics(merge):
+        return compute_statistics(run, merge=merge, run_name="r", distribution="d", model="m", batch_size=3,
+                                  index_of=index_of, duration_seconds=1, failed_prompt_ids=[], valid_tools=TOOLS)  # fmt: skip
+
+    passed = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS, keep="passed")
+    assert (passed.keep, passed.rows_written, passed.rejected) == ("passed", 2, 4)
+    assert pids(run / "trajectories.jsonl") == ["a1", "a2"]
+    assert pids(run / "rejected.jsonl") == ["a0", "b0", "b1", "c0"]  # in prompt order, as the merge's
+    stats = statistics(passed)
+    assert stats["completed"] == 2
+    assert stats["kept_by_filter"] == {"keep": "passed", "kept": 2, "rejected": 4}
+    assert stats["tokens"]["prompt"] == 60  # the rejected samples were paid for: 6 rows x 10
+    assert stats["scores"] == {"answer": {"scored": 4, "passed": 2, "failed": 2, "mean": 0.5}}
+
+    best = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS, keep="best")
+    assert pids(run / "trajectories.jsonl") == ["a2", "b1", "c0"]
+    assert pids(run / "rejected.jsonl") == ["a0", "a1", "b0"]
+    assert statistics(best)["kept_by_filter"] == {"keep": "best", "kept": 3, "rejected": 3}
+
+    every = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS, keep="all")
+    assert (every.rows_written, every.rejected) == (6, 0)
+    assert not (run / "rejected.jsonl").exists()  # the earlier filter's rejects are not left behind
+    assert statistics(every)["scores"] == stats["scores"]
+    with pytest.raises(ValueError, match="keep must be one of all, passed, best"):
+        merge_trajectories(run, index_of=index_of, valid_tools=TOOLS, keep="some")
