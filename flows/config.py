@@ -129,6 +129,13 @@ class BatchConfig(BaseModel):
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
     )
+    samples_per_prompt: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Samples drawn for each record (each its own prompt task, cached and retried alone; "
+        "the samples of a record get the same tools). A resume with more adds samples.",
+    )
     keep: KeepChoice = Field(
         default="all",
         description="Rows trajectories.jsonl keeps: all; passed (metadata.passed true); best (per record, "
@@ -309,6 +316,7 @@ class BatchConfig(BaseModel):
             max_requests_in_flight=self.num_workers,
             adaptive_concurrency=self.adaptive_concurrency,
             scorers=self.scorer.split(","),
+            samples_per_prompt=self.samples_per_prompt,
             verify_timeout=self.verify_timeout,
         )
 

@@ -85,9 +85,16 @@ def _generate_trajectories(**options: Any) -> State:
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
         )
         dataset = read_dataset_task(config, settings)
-        ids = prompt_ids(dataset, config.settings_hash())  # records stay on disk until their prompt starts
+        samples = config.samples_per_prompt
+        ids = prompt_ids(dataset, config.settings_hash(), samples)  # by slot; records stay on disk
         info = start_invocation(
-            run_dir, config.run_name, config.defining_settings(), config.settings_hash(), dataset, flow_run.id
+            run_dir,
+            config.run_name,
+            config.defining_settings(),
+            config.settings_hash(),
+            dataset,
+            flow_run.id,
+            samples=samples,
         )
         ledger = RunLedger.open(run_dir, config.run_name)
         if ledger.torn_bytes:
@@ -97,13 +104,13 @@ def _generate_trajectories(**options: Any) -> State:
         drawn = pilot_run.draw(everyone, config.pilot, config.seed) if config.pilot else everyone
         pending = [index for index in drawn if ids[index] not in finished]
         del finished
-        index_of = {pid: index for index, pid in enumerate(ids)}
+        index_of = {pid: slot // samples for slot, pid in enumerate(ids)}  # a sample's prompt_index
         done_before = len(ids) - len(pending)
         ledger.plan([(index, ids[index]) for index in pending], config.batch_size, index_of)
         # docker: reap leftovers, check images
         backend = resolve_backend(config.terminal_env, settings)
         pending, image_failed = prepare_sandboxes(
-            info.run_id, pending, dataset, ids, backend, ledger, settings
+            info.run_id, pending, dataset, ids, backend, ledger, settings, samples=samples
         )
         warnings = [
             w for w in (isolation_warning(backend, settings), network_warning(backend, settings)) if w
@@ -126,7 +133,9 @@ def _generate_trajectories(**options: Any) -> State:
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
         progress.meter = run_meter(config, budget, limiter, total=len(ids))
         progress.open(line=start_line)
-        jobs = iter_jobs(dataset, config.settings_hash(), pending)  # in prompt order, read one at a time
+        jobs = iter_jobs(
+            dataset, config.settings_hash(), pending, samples
+        )  # in slot order, read one at a time
         if budget.capped:
             spend_guard.register(info.run_id, budget)  # checked before each model request of this process
         try:

@@ -33,12 +33,21 @@ class PromptJob(BaseModel):
     """One dataset record to run."""
 
     prompt_index: int = Field(description="0-based position among the valid records.")
+    sample_index: int = Field(
+        default=0, ge=0, description="Which sample of the record (0 to samples_per_prompt - 1)."
+    )
     prompt_id: str = Field(description="Identity of the prompt (content, occurrence, defining settings).")
     record_key: str = Field(
         description="Key of the record alone (content + occurrence), without the run's settings: it seeds "
         "the toolset draw, so runs that differ only in model or turns give a prompt the same tools."
     )
     prompt: str = Field(description="The first user message.")
+
+    @property
+    def label(self) -> str:
+        """How logs and task run names call it: ``"<prompt_index>"``, ``"<prompt_index>.<sample_index>"`` past sample 0."""
+        return f"{self.prompt_index}.{self.sample_index}" if self.sample_index else str(self.prompt_index)
+
     image: str | None = Field(default=None, description="Container image of this prompt's sandbox.")
     cwd: str | None = Field(default=None, description="Working directory of this prompt's terminal.")
     source: dict[str, Any] = Field(default_factory=dict, description="Other fields of the record.")
@@ -74,6 +83,9 @@ class RunSpec(BaseModel):
     adaptive_concurrency: bool = Field(
         default=True,
         description="Halve the limit on rate-limit answers and grow it back (hermes_core.limiter).",
+    )
+    samples_per_prompt: int = Field(
+        default=1, ge=1, description="Samples of each record; above 1 the rows carry metadata.sample_index."
     )
     scorers: list[str] = Field(
         default_factory=lambda: ["auto"], description="Scorers to apply (hermes_core.scoring.SCORERS)."
@@ -262,6 +274,7 @@ def build_row(
             "timestamp": timestamp_now(),
             "model": spec.model.model,
             "prompt_id": job.prompt_id,
+            **({"sample_index": job.sample_index} if spec.samples_per_prompt > 1 else {}),
             "usage": result.usage.as_dict(),
             "reasoning": {"assistant_turns": assistant_turns, "turns_with_reasoning": with_reasoning},
             "duration_s": duration_s,

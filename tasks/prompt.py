@@ -88,7 +88,7 @@ def _settings(api_key_secret: str | None) -> HermesSettings:
 
 @task(
     name="run-prompt",
-    task_run_name="prompt-{job.prompt_index}",
+    task_run_name="prompt-{job.label}",
     cache_key_fn=prompt_cache_key,
     persist_result=True,
     # zlib, not Prefect's "compressed/pickle" (lzma): 4-6 ms less CPU per prompt (bench/ANALYSIS.md);

@@ -64,26 +64,28 @@ def prepare_sandboxes(
     backend: str,
     ledger: RunLedger,
     settings: HermesSettings,
+    samples: int = 1,
 ) -> tuple[list[int], list[dict]]:
     """Flow step: run :func:`prepare_sandboxes_task`, fail the prompts whose image is unavailable.
 
     Args:
-        pending: prompt_index of each prompt to run.
+        pending: slot of each prompt to run (``prompt_index * samples + sample_index``).
         dataset: the run's dataset (the records' images are in its index: no record is read).
-        ids: prompt_id of every record, by prompt_index.
+        ids: prompt_id of every prompt, by slot.
         settings: the run's settings (the default image).
+        samples: samples per record (``--samples_per_prompt``).
 
     Each such prompt gets a ``failures.jsonl`` line (error type ``ImageUnavailable``, the
     message naming the image, ``attempts`` 0: nothing was sent to the model).
 
     Returns:
-        (the prompt_index of each prompt still to run, the failure lines written here).
+        (the slot of each prompt still to run, the failure lines written here).
 
     Raises:
         EngineUnavailable: the Docker engine cannot be reached (the run must not start).
     """
     images = (
-        sorted({image_of(dataset.image(i), settings) for i in pending})
+        sorted({image_of(dataset.image(slot // samples), settings) for slot in pending})
         if backend in CONTAINER_BACKENDS
         else []
     )
@@ -91,12 +93,13 @@ def prepare_sandboxes(
     if not problems:
         return pending, []
     runnable, failed = [], []
-    for index in pending:
+    for slot in pending:
+        index = slot // samples
         reason = problems.get(image_of(dataset.image(index), settings))
         if reason is None:
-            runnable.append(index)
+            runnable.append(slot)
         else:
             failed.append(
-                ledger.record_failure(ids[index], index, "ImageUnavailable", reason, attempts=0, kind="infra")
+                ledger.record_failure(ids[slot], index, "ImageUnavailable", reason, attempts=0, kind="infra")
             )
     return runnable, failed

@@ -67,6 +67,7 @@ def statistics_task(
         failed_prompt_ids=failed,
         valid_tools=ALL_POSSIBLE_TOOLS,
         flow_run_id=str(flow_run.id) if flow_run.id else None,
+        samples_per_prompt=config.samples_per_prompt,
     )
     stats.update(run_control or {})
     write_json_atomic(RunFolder(config.run_dir).statistics, stats)

@@ -428,8 +428,11 @@ class RunIndex:
         if recorded.get("fingerprint") and dataset.fingerprint != recorded["fingerprint"]:
             notes.append(f"dataset {path} changed since the run: prompts are matched by identity")
         settings_hash = self.info.get("settings_hash", "")
+        samples = self.info.get("samples_per_prompt") or 1
         return {
-            prompt_identity(r.content_key, settings_hash): (r.prompt_index, r.prompt) for r in dataset.records
+            prompt_identity(r.content_key, settings_hash, sample): (r.prompt_index, r.prompt)
+            for r in dataset.records
+            for sample in range(samples)
         }
 
     # --- reading ------------------------------------------------------------------------------

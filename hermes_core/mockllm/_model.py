@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -488,7 +489,12 @@ def _with_reasoning(message: dict[str, Any], reasoning: str, options: MockOption
 
 
 def completion(
-    body: dict[str, Any], options: MockOptions, key: str, request_number: int, model: str
+    body: dict[str, Any],
+    options: MockOptions,
+    key: str,
+    request_number: int,
+    model: str,
+    final_answer: Callable[[], str] | None = None,
 ) -> dict[str, Any]:
     """The ``chat.completion`` body answering ``body`` (a Chat Completions request).
 
@@ -498,6 +504,7 @@ def completion(
         key: conversation key.
         request_number: 0-based index of this request within its conversation.
         model: the requested model id, echoed.
+        final_answer: called for the text of a final answer (the ``answers`` option), else None.
     """
     messages = body.get("messages") or []
     turn = read_turn(messages)
@@ -562,6 +569,8 @@ def completion(
             reasoning = f'The user asks about "{turn.words}"; I can answer directly without tools.'
         if options.answer is not None:
             content = options.answer
+        if final_answer is not None:  # the answers option: called only for a final answer
+            content = final_answer()
         if options.lone_surrogate:
             content += "\ud83d"  # half of a UTF-16 pair: JSON can carry it (as an escape), UTF-8 cannot
         finish_reason = "stop"

@@ -94,6 +94,12 @@ class MockOptions(BaseModel):
         description="Text of the final answer instead of the deterministic reply (in a prompt directive it "
         "cannot contain `,` or `]`).",
     )
+    answers: str | None = Field(
+        None,
+        description="Final answers given in turn to the samples of one prompt, separated by `|`: the n-th "
+        "final answer the server gives that conversation (its first user message) is the (n mod count)-th "
+        "(e.g. `right|wrong`: half of any even number of samples pass, whatever their order).",
+    )
     lone_surrogate: bool = Field(
         False,
         description="Append a lone UTF-16 surrogate (U+D83D, half an emoji) to the final answer, as a "

@@ -64,6 +64,7 @@ class _State:
         self.log_bodies = log_bodies
         self._lock = threading.Lock()
         self._by_conversation: dict[str, int] = {}
+        self._finals: dict[str, int] = {}
         self._by_status: Counter[str] = Counter()
         self._requests = 0
         self._in_flight = 0
@@ -93,6 +94,13 @@ class _State:
                 return 0
             n = self._by_conversation.get(key, 0)
             self._by_conversation[key] = n + 1
+            return n
+
+    def next_final(self, key: str) -> int:
+        """Count a final answer of conversation ``key``; return its 0-based number among them."""
+        with self._lock:
+            n = self._finals.get(key, 0)
+            self._finals[key] = n + 1
             return n
 
     def answered(self, key: str, model: Any, status: int, turn: int, body: Any = None) -> None:
@@ -126,6 +134,7 @@ class _State:
     def reset(self) -> None:
         with self._lock:
             self._by_conversation.clear()
+            self._finals.clear()
             self._by_status.clear()
             self._requests = 0
             self._peak_in_flight = self._in_flight
@@ -219,7 +228,9 @@ async def _answer(state: _State, body: Any, authorization: str = "") -> tuple[JS
     if n < hangs + options.rate_limit + options.error_5xx:
         msg = f"mock server error {options.error_status} (error_5xx={options.error_5xx}, request {n})"
         return _error(options.error_status, msg, "server_error", "mock_error_5xx"), key, model, turn
-    return _AsciiJSON(completion(body, options, key, n, model)), key, model, turn
+    answers = options.answers.split("|") if options.answers else None
+    final = (lambda: answers[state.next_final(key) % len(answers)]) if answers else None
+    return _AsciiJSON(completion(body, options, key, n, model, final_answer=final)), key, model, turn
 
 
 def create_app(request_log: str | None = None, log_bodies: bool = False) -> FastAPI:

@@ -332,7 +332,9 @@ class RunLedger:
         if self.spend is not None:
             self.spend.save()
         finished = self.finished
-        completed = sorted(idx for pid, idx in self._index_of.items() if pid in finished)
+        completed = sorted(
+            {idx for pid, idx in self._index_of.items() if pid in finished}
+        )  # a sample's record
         write_json_atomic(
             RunFolder(self.run_dir).checkpoint,
             {

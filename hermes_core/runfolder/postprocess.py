@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class _Entry(NamedTuple):
     """Where a kept row is, and where it goes."""
 
     index: int  # prompt_index in the output
+    sample: int  # metadata.sample_index (0 when absent): the samples of a record in their order
     file_no: int  # position of the batch file in batch-number order
     offset: int  # byte offset of the line in the batch file
     length: int  # bytes of the line without its line end
@@ -207,9 +209,12 @@ def merge_trajectories(
             rewrite = type(own_index) is not int or own_index != index
             passed, score = _score_of(metadata)
             api_calls = row.get("api_calls") if type(row.get("api_calls")) is int else 0
-            entries.append(_Entry(index, file_no, offset, len(raw), rewrite, passed, score, api_calls))
+            sample = metadata.get("sample_index") if isinstance(metadata, dict) else None
+            sample = sample if type(sample) is int else 0
+            entry = _Entry(index, sample, file_no, offset, len(raw), rewrite, passed, score, api_calls)
+            entries.append(entry)
 
-    entries.sort(key=lambda e: (e.index, e.file_no, e.offset))
+    entries.sort(key=lambda e: (e.index, e.sample, e.file_no, e.offset))
     kept = _kept(entries, keep)
     with contextlib.ExitStack() as stack:
         pool = stack.enter_context(_FilePool(files))
@@ -294,6 +299,7 @@ def compute_statistics(
     failed_prompt_ids: Collection[str],
     valid_tools: Collection[str],
     flow_run_id: str | None = None,
+    samples_per_prompt: int = 1,
 ) -> dict[str, Any]:
     """Statistics of the whole run, from the merged file and the discard tombstones.
 
@@ -319,7 +325,12 @@ def compute_statistics(
         :mod:`hermes_core.scoring`; empty when none was scored); ``kept_by_filter`` (``{keep,
         kept, rejected}``: the merge's filter by score and its counts; the rejected rows, in
         ``rejected.jsonl``, count in the tools, reasoning, tokens, cost and scores, not in
-        ``completed``); ``flow_run_id`` names the
+        ``completed``); ``pass_at_k`` (``{"1": p, "<K>": p}`` for ``samples_per_prompt`` K: the
+        unbiased estimator of Chen et al. 2021, "Evaluating Large Language Models Trained on Code",
+        ``1 - C(n - c, k) / C(n, k)`` for a record of n scored samples of which c passed, averaged
+        over the records with at least k scored samples) and ``pass_hat_k`` (the share of records
+        with K scored samples that all passed); both empty / None when no row was scored;
+        ``flow_run_id`` names the
         flow run that wrote the file (so a reader can tell a stale file from this run's); ``merge``
         says what the merge left out besides hallucinated rows (``duplicates_dropped``, ``orphaned``:
         rows of records no longer in the dataset, ``torn_lines``).
@@ -331,9 +342,12 @@ def compute_statistics(
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
     sums = _cached_row_sums(Path(merge.path), tools)
+    scored_files = [Path(merge.path)]
     if merge.rejected:  # rejected samples were run and paid for: their usage, tools and scores count
         rejected = _row_sums(RunFolder(run_dir).rejected, tools)
         sums = {key: value + (rejected[key] if key != "rows" else 0) for key, value in sums.items()}
+        scored_files.append(RunFolder(run_dir).rejected)
+    pass_at_k, pass_hat_k = _pass_at_k(_pass_counts(scored_files), samples_per_prompt)
     tomb = _tombstone_sums(RunFolder(run_dir).discarded, index_of)
 
     tool_statistics = {}
@@ -380,6 +394,8 @@ def compute_statistics(
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
         "scores": _scores(sums),
         "kept_by_filter": {"keep": merge.keep, "kept": sums["rows"], "rejected": merge.rejected},
+        "pass_at_k": pass_at_k,
+        "pass_hat_k": pass_hat_k,
         "merge": {
             "duplicates_dropped": merge.duplicates_dropped,
             "orphaned": merge.orphaned,
@@ -387,6 +403,38 @@ def compute_statistics(
         },
         "flow_run_id": flow_run_id,
     }
+
+
+def _pass_counts(paths: list[Path]) -> dict[int, list[int]]:
+    """``{prompt_index: [scored samples, passed samples]}`` over the rows of ``paths`` that carry ``metadata.passed``."""
+    schema = {"prompt_index": pl.Int64, "metadata": pl.Struct({"passed": pl.Boolean})}
+    counts: dict[int, list[int]] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        for chunk in line_chunks(path, _CHUNK_BYTES):
+            frame = pl.read_ndjson(chunk, schema=schema).select(
+                pl.col("prompt_index"), pl.col("metadata").struct.field("passed").alias("passed")
+            )
+            grouped = frame.drop_nulls().group_by("prompt_index").agg(pl.len(), pl.col("passed").sum())
+            for index, scored, passed in grouped.iter_rows():
+                total = counts.setdefault(index, [0, 0])
+                total[0] += scored
+                total[1] += passed
+    return counts
+
+
+def _pass_at_k(counts: Mapping[int, list[int]], samples: int) -> tuple[dict[str, float], float | None]:
+    """(``{"1": pass@1, "<samples>": pass@samples}``, pass^samples) of :func:`_pass_counts`' records (see compute_statistics)."""
+    pass_at_k: dict[str, float] = {}
+    for k in sorted({1, samples}):
+        records = [(n, c) for n, c in counts.values() if n >= k]
+        if records:
+            estimate = sum(1 - math.comb(n - c, k) / math.comb(n, k) for n, c in records) / len(records)
+            pass_at_k[str(k)] = round(estimate, 4)
+    complete = [(n, c) for n, c in counts.values() if n >= samples]
+    pass_hat_k = round(sum(c == n for n, c in complete) / len(complete), 4) if complete else None
+    return pass_at_k, pass_hat_k
 
 
 def _scores(sums: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -187,6 +187,7 @@ def start_invocation(
     settings_hash: str,
     dataset: Dataset,
     flow_run_id: str | None,
+    samples: int = 1,
 ) -> RunInfo:
     """Record the start of an invocation in run.json (created on first use) and return it.
 
@@ -201,6 +202,7 @@ def start_invocation(
         defining=stored_settings(defining),
         settings_hash=settings_hash,
         dataset={"path": dataset.path, "fingerprint": dataset.fingerprint, "records": len(dataset)},
+        samples_per_prompt=samples,
     )
     data["invocations"].append({"started_at": now_iso(), "flow_run_id": flow_run_id})
     path = RunFolder(run_dir).run_json
@@ -254,20 +256,31 @@ def finish_invocation(info: RunInfo, **facts: Any) -> None:
     write_json_atomic(info.path, info.data)
 
 
-def prompt_identity(content_key: str, settings_hash: str) -> str:
-    """Identity of a prompt in a run: its record's content key (content + occurrence) and the defining settings."""
-    return hashlib.sha256(f"{content_key}|{settings_hash}".encode()).hexdigest()[:32]
+def prompt_identity(content_key: str, settings_hash: str, sample_index: int = 0) -> str:
+    """Identity of a prompt (one sample of a record) in a run: its record's content key (content +
+    occurrence), the defining settings and the sample's index (sample 0's identity is the record's
+    identity of a run with one sample per record, so more samples add to a run instead of replacing it)."""
+    sample = f"|{sample_index}" if sample_index else ""
+    return hashlib.sha256(f"{content_key}|{settings_hash}{sample}".encode()).hexdigest()[:32]
 
 
-def prompt_ids(dataset: Dataset, settings_hash: str) -> list[str]:
-    """Every record's prompt identity in a run, by prompt_index (no record is read from the file)."""
-    return [prompt_identity(key, settings_hash) for key in dataset.content_keys()]
+def prompt_ids(dataset: Dataset, settings_hash: str, samples: int = 1) -> list[str]:
+    """Every prompt identity of a run, by slot: ``slot = prompt_index * samples + sample_index``.
+
+    No record is read from the file.
+    """
+    return [
+        prompt_identity(key, settings_hash, sample)
+        for key in dataset.content_keys()
+        for sample in range(samples)
+    ]
 
 
-def job_of(record: PromptRecord, prompt_id: str) -> PromptJob:
-    """A record as the prompt job of a run (``prompt_id``: its identity, :func:`prompt_identity`)."""
+def job_of(record: PromptRecord, prompt_id: str, sample_index: int = 0) -> PromptJob:
+    """A record's sample as the prompt job of a run (``prompt_id``: its identity, :func:`prompt_identity`)."""
     return PromptJob(
         prompt_index=record.prompt_index,
+        sample_index=sample_index,
         prompt_id=prompt_id,
         record_key=record.content_key,
         prompt=record.prompt,
@@ -278,23 +291,27 @@ def job_of(record: PromptRecord, prompt_id: str) -> PromptJob:
 
 
 def iter_jobs(
-    dataset: Dataset, settings_hash: str, indices: Iterable[int] | None = None
+    dataset: Dataset, settings_hash: str, slots: Iterable[int] | None = None, samples: int = 1
 ) -> Iterator[PromptJob]:
-    """The prompt jobs of ``indices`` (default: every record), in that order, each record read when it is reached.
+    """The prompt jobs of ``slots`` (default: every sample of every record), in that order, each record read when it is reached.
 
-    The flow draws its prompts from this one at a time, so only the prompts in flight are in memory.
+    A slot is ``prompt_index * samples + sample_index`` (:func:`prompt_ids`' order). The flow draws
+    its prompts from this one at a time, so only the prompts in flight are in memory.
     """
-    if indices is None:
-        for record in dataset.records:
-            yield job_of(record, prompt_identity(record.content_key, settings_hash))
+    if slots is None:
+        for record in dataset.records:  # read in file order
+            for sample in range(samples):
+                yield job_of(record, prompt_identity(record.content_key, settings_hash, sample), sample)
         return
-    for index in indices:
-        yield job_of(dataset.record(index), prompt_identity(dataset.content_key(index), settings_hash))
+    for slot in slots:
+        index, sample = divmod(slot, samples)
+        identity = prompt_identity(dataset.content_key(index), settings_hash, sample)
+        yield job_of(dataset.record(index), identity, sample)
 
 
-def jobs_of(dataset: Dataset, settings_hash: str) -> list[PromptJob]:
-    """Every record as a prompt job, in memory (for small datasets: tests, tools; the flow uses :func:`iter_jobs`)."""
-    return list(iter_jobs(dataset, settings_hash))
+def jobs_of(dataset: Dataset, settings_hash: str, samples: int = 1) -> list[PromptJob]:
+    """Every sample of every record as a prompt job, in memory (for small datasets: tests, tools; the flow uses :func:`iter_jobs`)."""
+    return list(iter_jobs(dataset, settings_hash, samples=samples))
 
 
 __all__ = [

@@ -62,6 +62,7 @@ def test_flags_and_flow_parameters_are_the_options():
 REPO = Path(__file__).resolve().parents[2]
 FIXED_VALUES = {
     "distribution",
+    "keep",
     "provider_sort",
     "reasoning_effort",
     "terminal_env",

@@ -96,3 +96,48 @@ def test_verify_timeout_and_explicit_scorers(cli, server):
     assert second["score"]["answer"]["passed"] and second["score"]["verify"]["passed"] and second["passed"]
     assert "score" not in third and "passed" not in third  # a record with neither field is not scored
     assert [server.stats()["by_conversation"][conversation_key(r["prompt"])] for r in records] == [3, 3, 3]
+
+
+def test_k_samples_give_exact_pass_at_k_and_more_samples_add_to_a_run(cli, server):
+    records = [
+        {"prompt": "[mock:answers=Paris|London] What is the capital of France?", "answer": "Paris"},  # 2 of 4
+        {"prompt": "[mock:answer=Paris] What is the capital of France, again?", "answer": "Paris"},  # 4 of 4
+        {"prompt": "[mock:answer=London] And the capital of France?", "answer": "Paris"},  # 0 of 4
+    ]
+    dataset = cli.cwd / "k.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    args = run_args(dataset, "k", server, "--batch_size=4", "--distribution=default")
+    proc = cli(*args, "--samples_per_prompt=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = cli.cwd / "data" / "k"
+    rows = _rows(run / "trajectories.jsonl")
+    assert [(r["prompt_index"], r["metadata"]["sample_index"]) for r in rows] == [
+        (i, j) for i in range(3) for j in range(4)
+    ]
+    assert [sum(r["metadata"]["passed"] for r in rows if r["prompt_index"] == i) for i in range(3)] == [
+        2,
+        4,
+        0,
+    ]
+    for i in range(3):  # one toolset draw per record: its samples are a group with the same tools
+        assert len({tuple(r["toolsets_used"]) for r in rows if r["prompt_index"] == i}) == 1
+    assert len({r["metadata"]["prompt_id"] for r in rows}) == 12  # each sample is its own prompt
+    stats = json.loads((run / "statistics.json").read_text())
+    # Chen et al.'s estimator per record (n=4): c=2 -> pass@1 0.5, pass@4 1; c=4 -> 1, 1; c=0 -> 0, 0
+    assert stats["pass_at_k"] == {"1": 0.5, "4": 0.6667}
+    assert stats["pass_hat_k"] == 0.3333
+    assert stats["total_prompts"] == 12 and stats["completed"] == 12
+    by_conversation = server.stats()["by_conversation"]
+    assert [by_conversation[conversation_key(r["prompt"])] for r in records] == [12, 12, 12]  # 4 x 3 requests
+
+    # a resume with more samples runs only the new ones
+    more = cli(*args, "--samples_per_prompt=6", "--resume", "--keep=best")
+    assert more.returncode == 0, more.stderr[-3000:]
+    by_conversation = server.stats()["by_conversation"]
+    assert [by_conversation[conversation_key(r["prompt"])] for r in records] == [18, 18, 18]
+    best = _rows(run / "trajectories.jsonl")
+    assert [r["prompt_index"] for r in best] == [0, 1, 2]  # --keep best: one sample per record
+    assert [r["metadata"]["passed"] for r in best] == [True, True, False]
+    assert len(_rows(run / "rejected.jsonl")) == 15
+    stats = json.loads((run / "statistics.json").read_text())
+    assert stats["pass_at_k"] == {"1": 0.5, "6": 0.6667}  # record 0 now 3 of 6: pass@1 still 0.5

@@ -282,6 +282,8 @@ def test_statistics_exact_numbers(tmp_path):
         "cost_usd": 0.875,
         "scores": {},  # no row was scored
         "kept_by_filter": {"keep": "all", "kept": 3, "rejected": 0},
+        "pass_at_k": {},
+        "pass_hat_k": None,
         "merge": {"duplicates_dropped": 0, "orphaned": 0, "torn_lines": 0},
         "flow_run_id": "fr-1",
     }
@@ -290,7 +292,8 @@ def test_statistics_exact_numbers(tmp_path):
     assert keys == [
         "run_name", "distribution", "total_prompts", "total_batches", "batch_size", "model", "completed_at",
         "duration_seconds", "tool_statistics", "reasoning_statistics", "discarded_no_reasoning", "completed",
-        "failed", "filtered_hallucinated", "tokens", "cost_usd", "scores", "kept_by_filter", "merge",
+        "failed", "filtered_hallucinated", "tokens", "cost_usd", "scores", "kept_by_filter", "pass_at_k",
+        "pass_hat_k", "merge",
         "flow_run_id",
     ]  # fmt: skip
 
