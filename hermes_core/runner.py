@@ -30,27 +30,28 @@ from hermes_core.usage import Usage
 
 
 class PromptJob(BaseModel):
-    """One dataset record to run."""
+    """One sample of a dataset record to run."""
 
     prompt_index: int = Field(description="0-based position among the valid records.")
     sample_index: int = Field(
         default=0, ge=0, description="Which sample of the record (0 to samples_per_prompt - 1)."
     )
-    prompt_id: str = Field(description="Identity of the prompt (content, occurrence, defining settings).")
+    prompt_id: str = Field(
+        description="Identity of the prompt (content, occurrence, defining settings, sample index)."
+    )
     record_key: str = Field(
         description="Key of the record alone (content + occurrence), without the run's settings: it seeds "
         "the toolset draw, so runs that differ only in model or turns give a prompt the same tools."
     )
     prompt: str = Field(description="The first user message.")
+    image: str | None = Field(default=None, description="Container image of this prompt's sandbox.")
+    cwd: str | None = Field(default=None, description="Working directory of this prompt's terminal.")
+    source: dict[str, Any] = Field(default_factory=dict, description="Other fields of the record.")
 
     @property
     def label(self) -> str:
         """How logs and task run names call it: ``"<prompt_index>"``, ``"<prompt_index>.<sample_index>"`` past sample 0."""
         return f"{self.prompt_index}.{self.sample_index}" if self.sample_index else str(self.prompt_index)
-
-    image: str | None = Field(default=None, description="Container image of this prompt's sandbox.")
-    cwd: str | None = Field(default=None, description="Working directory of this prompt's terminal.")
-    source: dict[str, Any] = Field(default_factory=dict, description="Other fields of the record.")
 
 
 class RunSpec(BaseModel):
