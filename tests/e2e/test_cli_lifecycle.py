@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from hermes_core.mockllm import MockServer
-from tests.conftest import conversation_key, process_alive, run_args
+from tests.conftest import conversation_key, prefect_home_from, process_alive, run_args
 
 pytestmark = pytest.mark.slow
 
@@ -174,8 +174,8 @@ def _check_resume(
     ],
     ids=["SIGHUP", "SIGTERM", "SIGKILL", "SIGHUP-while-the-API-starts"],
 )
-def test_the_local_api_ends_with_the_command_line(cli, server, signum, when):
-    home = cli.cwd / "local-prefect-home"
+def test_the_local_api_ends_with_the_command_line(cli, server, migrated_prefect_db, signum, when):
+    home = prefect_home_from(migrated_prefect_db, cli.cwd / "local-prefect-home")
     name = f"{signal.Signals(signum).name.lower()}-{when}"
     prompts, args = _slow_run(cli.cwd, server, name)
     run = cli.cwd / "data" / name
@@ -227,9 +227,9 @@ def _read_terminal(master: int, into: bytearray, stop: threading.Event) -> None:
         into.extend(chunk)
 
 
-def test_closing_the_terminal_stops_the_run_and_its_local_api(cli, server):
+def test_closing_the_terminal_stops_the_run_and_its_local_api(cli, server, migrated_prefect_db):
     """The command line on a real terminal (a pty it controls); closing the terminal (its master) is the hang-up."""
-    home = cli.cwd / "local-prefect-home"
+    home = prefect_home_from(migrated_prefect_db, cli.cwd / "local-prefect-home")
     prompts, args = _slow_run(cli.cwd, server, "hangup")
     run = cli.cwd / "data" / "hangup"
     master, slave = os.openpty()
@@ -316,8 +316,8 @@ def _lock_holder(run: Path) -> int | None:
     return None
 
 
-def test_a_second_invocation_on_a_run_in_use_exits_2_and_the_first_goes_on(cli, server):
-    home = cli.cwd / "local-prefect-home"
+def test_a_second_invocation_on_a_run_in_use_exits_2_and_the_first_goes_on(cli, server, migrated_prefect_db):
+    home = prefect_home_from(migrated_prefect_db, cli.cwd / "local-prefect-home")
     prompts = [f"twice lifecycle prompt {i}: list files" for i in range(4)]
     dataset = _write(cli.cwd / "twice.jsonl", prompts)
     args = run_args(dataset, "twice", server, "--num_workers=2", model="mock/scripted?latency_ms=300")
@@ -396,10 +396,10 @@ def _prefect_servers(proc: subprocess.Popen) -> list[int]:
     return found
 
 
-def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server):
+def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server, migrated_prefect_db):
     """``--api_key`` loads Prefect: it must happen after the local API set PREFECT_API_URL, or
     Prefect would start a second, ephemeral server of its own that the command line does not own."""
-    home = cli.cwd / "api-key-prefect-home"
+    home = prefect_home_from(migrated_prefect_db, cli.cwd / "api-key-prefect-home")
     prompts, args = _slow_run(cli.cwd, server, "api-key", n=2)
     run = cli.cwd / "data" / "api-key"
     log = cli.cwd / "api-key.log"
