@@ -8,13 +8,14 @@ import httpx
 import pytest
 
 from flows.local_api import LocalAPI
+from tests.conftest import prefect_home_from
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_taken_port_is_left_for_a_free_one(tmp_path, monkeypatch):
+def test_a_taken_port_is_left_for_a_free_one(tmp_path, monkeypatch, migrated_prefect_db):
     """Another process took the picked port before the server bound it: the server starts on another."""
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PREFECT_HOME", str(prefect_home_from(migrated_prefect_db, tmp_path / "home")))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
