@@ -168,8 +168,9 @@ def merge_trajectories(
     inputs = {**_merge_inputs(files, index_of, tools), "keep": keep}
     rejected_path = RunFolder(run_dir).rejected
     state = _read_state(out_path)
-    if state.get("inputs") == inputs and state.get("output") == _signature(out_path):
-        return MergeResult(**state["merge"], path=out_path)  # same inputs, same output: nothing to do
+    outputs = [_signature(out_path), _signature(rejected_path)]
+    if state.get("inputs") == inputs and state.get("outputs") == outputs:
+        return MergeResult(**state["merge"], path=out_path)  # same inputs, same outputs: nothing to do
     entries: list[_Entry] = []
     seen: set[Any] = set()
     duplicates = hallucinated = orphaned = torn = 0
@@ -241,7 +242,8 @@ def merge_trajectories(
         "keep": keep,
         "rejected": len(kept) - sum(kept),
     }
-    _write_state(out_path, {"inputs": inputs, "output": _signature(out_path), "merge": counts})
+    outputs = [_signature(out_path), _signature(rejected_path)]
+    _write_state(out_path, {"inputs": inputs, "outputs": outputs, "merge": counts})
     return MergeResult(**counts, path=out_path)
 
 
@@ -438,7 +440,7 @@ def _pass_at_k(counts: Mapping[int, list[int]], samples: int) -> tuple[dict[str,
 
 
 def _scores(sums: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{scorer: {scored, passed, failed, mean}}`` of the scorers that scored at least one merged row."""
+    """``{scorer: {scored, passed, failed, mean}}`` of the scorers that scored at least one row."""
     scores = {}
     for scorer in SCORED_BY:
         scored, passed = sums[f"score\0{scorer}\0scored"], sums[f"score\0{scorer}\0passed"]
