@@ -133,9 +133,8 @@ def _generate_trajectories(**options: Any) -> State:
         progress = RunProgress(config.run_name, total=len(pending), already_finished=done_before)
         progress.meter = run_meter(config, budget, limiter, total=len(ids))
         progress.open(line=start_line)
-        jobs = iter_jobs(
-            dataset, config.settings_hash(), pending, samples
-        )  # in slot order, read one at a time
+        # in slot order, each record read when its prompt starts
+        jobs = iter_jobs(dataset, config.settings_hash(), pending, samples)
         if budget.capped:
             spend_guard.register(info.run_id, budget)  # checked before each model request of this process
         try:

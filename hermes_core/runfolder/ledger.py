@@ -332,9 +332,8 @@ class RunLedger:
         if self.spend is not None:
             self.spend.save()
         finished = self.finished
-        completed = sorted(
-            {idx for pid, idx in self._index_of.items() if pid in finished}
-        )  # a sample's record
+        # the records with a finished sample (one index each, whatever --samples_per_prompt)
+        completed = sorted({idx for pid, idx in self._index_of.items() if pid in finished})
         write_json_atomic(
             RunFolder(self.run_dir).checkpoint,
             {
