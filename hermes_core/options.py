@@ -56,7 +56,7 @@ def _extra(field: FieldInfo) -> dict[str, Any]:
 def is_defining(field: FieldInfo, value: Any = None) -> bool:
     """True when the field is marked :data:`DEFINING`, or :data:`DEFINING_WHEN_SET` and ``value`` is not None."""
     marker = _extra(field).get("defining")
-    return marker == "when_set" and value is not None or marker is True
+    return marker is True or (marker == "when_set" and value is not None)
 
 
 def is_run_option(field: FieldInfo) -> bool:

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hermes_core.environments import Environment
 
 SCORERS = ("auto", "answer", "verify")
 """Names ``--scorer`` accepts."""
@@ -40,12 +43,6 @@ _ANSWER_LINE = re.compile(r"^\s*answer\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULT
 _THINK = re.compile(r"<(think|REASONING_SCRATCHPAD)>.*?</\1>", re.DOTALL)
 _EDGE_SYMBOLS = frozenset("`~$^|<>=+*_ ")
 """Symbols people put around an answer (markdown emphasis, code, math), besides punctuation."""
-
-
-class ScoreEnvironment(Protocol):
-    """What the ``verify`` scorer needs of a sandbox: ``execute`` (see ``hermes_core.environments``)."""
-
-    def execute(self, command: str, cwd: str | None = None, timeout: float | None = None) -> Any: ...
 
 
 def check_scorers(names: list[str]) -> list[str]:
@@ -134,10 +131,11 @@ def score_answer(final_text: str | None, answer: str | list[str]) -> dict[str, A
     wanted = {normalise_answer(a) for a in accepted}
     if not final_text or not final_text.strip():
         return {"value": 0.0, "passed": False, "explanation": "no final answer"}
-    for candidate in final_answers(final_text):
+    candidates = final_answers(final_text)
+    for candidate in candidates:
         if normalise_answer(candidate) in wanted:
             return {"value": 1.0, "passed": True, "explanation": f"matches {candidate.strip()[:200]!r}"}
-    shown = final_answers(final_text)[-1].strip()
+    shown = candidates[-1].strip()
     return {
         "value": 0.0,
         "passed": False,
@@ -145,7 +143,7 @@ def score_answer(final_text: str | None, answer: str | list[str]) -> dict[str, A
     }
 
 
-def score_verify(env: ScoreEnvironment, command: str, timeout: float) -> dict[str, Any]:
+def score_verify(env: Environment, command: str, timeout: float) -> dict[str, Any]:
     """The ``verify`` scorer: run ``command`` in the prompt's sandbox ``env``; exit 0 passes.
 
     Raises:
@@ -177,7 +175,6 @@ __all__ = [
     "DEFAULT_VERIFY_TIMEOUT",
     "KEEP_CHOICES",
     "SCORERS",
-    "ScoreEnvironment",
     "applied_scorers",
     "check_record_fields",
     "check_scorers",

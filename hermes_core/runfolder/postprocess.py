@@ -96,13 +96,14 @@ def _kept(entries: list[_Entry], keep: str) -> list[bool]:
         return [True] * len(entries)
     if keep == "passed":
         return [entry.passed for entry in entries]
-    best: dict[int, int] = {}  # prompt_index -> position of its best entry so far
+
+    def rank(entry: _Entry) -> tuple[float, int]:
+        return entry.score, -entry.api_calls
+
+    best: dict[int, int] = {}  # prompt_index -> position of its best entry so far (the first of equals)
     for position, entry in enumerate(entries):
         chosen = best.get(entry.index)
-        if chosen is None or (entry.score, -entry.api_calls) > (
-            entries[chosen].score,
-            -entries[chosen].api_calls,
-        ):
+        if chosen is None or rank(entry) > rank(entries[chosen]):
             best[entry.index] = position
     winners = set(best.values())
     return [position in winners for position in range(len(entries))]
@@ -349,7 +350,9 @@ def compute_statistics(
         rejected = _row_sums(RunFolder(run_dir).rejected, tools)
         sums = {key: value + (rejected[key] if key != "rows" else 0) for key, value in sums.items()}
         scored_files.append(RunFolder(run_dir).rejected)
-    pass_at_k, pass_hat_k = _pass_at_k(_pass_counts(scored_files), samples_per_prompt)
+    scored = any(sums[f"score\0{scorer}\0scored"] for scorer in SCORED_BY)
+    # a second pass over the rows, per record, only for a run with scores
+    pass_at_k, pass_hat_k = _pass_at_k(_pass_counts(scored_files) if scored else {}, samples_per_prompt)
     tomb = _tombstone_sums(RunFolder(run_dir).discarded, index_of)
 
     tool_statistics = {}
