@@ -129,6 +129,23 @@ class BatchConfig(BaseModel):
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
     )
+    judge_model: str | None = Field(
+        default=None,
+        description="Model of the judge scorer (default: the run's model).",
+    )
+    judge_base_url: str | None = Field(
+        default=None, description="Endpoint of the judge scorer (default: the run's endpoint)."
+    )
+    judge_rubric_file: str | None = Field(
+        default=None,
+        description="Text file with the judge's rubric (default: a built-in one that compares the final "
+        "answer with the record's answer, or judges the task's completion when it has none).",
+    )
+    stop_when_passed: bool = Field(
+        default=False,
+        description="Once a sample of a record passes, its samples that have not started do not start "
+        "(the saving is reported).",
+    )
     samples_per_prompt: int = Field(
         default=1,
         ge=1,
