@@ -9,11 +9,13 @@ name was rebound to 127.0.0.1 (DNS rebinding) cannot read the run.
 
 Routes:
 
-* ``GET /`` - query ``status`` (kept, discarded, filtered, failed, pending), ``partial=1``,
+* ``GET /`` - query ``status`` (kept, rejected, discarded, filtered, failed, pending), ``score``
+  (passed, failed, errored: :mod:`flows.viewer.scores`), ``partial=1``,
   ``turn_limit=1``, ``tool=<name>``, ``tool_errors=1``, ``q=<text>``, ``page`` (1-based, at most
   :data:`MAX_PAGE`; past the last page shows the last one), ``per_page`` (1-500, default 50); an
   integer out of range is a 422;
-* ``GET /prompt/<prompt_index>`` - one prompt (same query: previous/next follow the filtered list);
+* ``GET /prompt/<prompt_index>`` - one prompt; query ``sample`` (the sample index with
+  ``--samples_per_prompt``, default 0) and the list's filters (previous/next follow the filtered list);
 * ``GET /static/viewer.css``.
 """
 
@@ -34,7 +36,8 @@ from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from flows.viewer.index import STATUS_LABELS, STATUSES, Filters, RunIndex
-from flows.viewer.render import pretty, row_facts, turn_views
+from flows.viewer.render import pretty, row_facts, score_views, turn_views
+from flows.viewer.scores import OUTCOME_LABELS, OUTCOMES
 from hermes_core.redaction import redactor
 from hermes_core.runfolder.summary import read_summary
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
@@ -50,6 +53,8 @@ CONTENT_SECURITY_POLICY = (
 
 DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
+MAX_SAMPLE = 1_000_000
+"""The largest ``sample`` accepted (422 above)."""
 MAX_PAGE = 1_000_000_000
 """The largest ``page`` accepted (422 above): ``page * per_page`` stays far inside a 64-bit offset."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -84,11 +89,13 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.globals["status_labels"] = STATUS_LABELS
+    env.globals["outcome_labels"] = OUTCOME_LABELS
     return env
 
 
 def _filters(
     status: str = "",
+    score: str = "",
     partial: bool = False,
     turn_limit: bool = False,
     tool: str = "",
@@ -98,12 +105,20 @@ def _filters(
     """The list filters of a request's query string (a FastAPI dependency of both pages).
 
     Raises:
-        HTTPException: 400 for an unknown status.
+        HTTPException: 400 for an unknown status or score outcome.
     """
     if status and status not in STATUSES:
         raise HTTPException(400, f"unknown status {status!r} (one of {', '.join(STATUSES)})")
+    if score and score not in OUTCOMES:
+        raise HTTPException(400, f"unknown score {score!r} (one of {', '.join(OUTCOMES)})")
     return Filters(
-        status=status, partial=partial, turn_limit=turn_limit, tool=tool, tool_errors=tool_errors, q=q.strip()
+        status=status,
+        score=score,
+        partial=partial,
+        turn_limit=turn_limit,
+        tool=tool,
+        tool_errors=tool_errors,
+        q=q.strip(),
     )
 
 
@@ -114,7 +129,7 @@ FilterParams = Annotated[Filters, Depends(_filters)]
 def _query(filters: Filters, **extra: Any) -> str:
     """The query string of ``filters`` (only the fields set) plus ``extra``."""
     params: dict[str, Any] = {}
-    for name in ("status", "tool", "q"):
+    for name in ("status", "score", "tool", "q"):
         if getattr(filters, name):
             params[name] = getattr(filters, name)
     for name in ("partial", "turn_limit", "tool_errors"):
@@ -122,6 +137,12 @@ def _query(filters: Filters, **extra: Any) -> str:
             params[name] = "1"
     params.update({k: v for k, v in extra.items() if v is not None})
     return urlencode(params)
+
+
+def _prompt_href(filters: Filters, prompt_index: int, sample_index: int | None) -> str:
+    """The link to a prompt's page that keeps ``filters`` (``sample`` only when not 0)."""
+    query = _query(filters, sample=sample_index or None)
+    return f"/prompt/{prompt_index}" + (f"?{query}" if query else "")
 
 
 def create_app(
@@ -189,24 +210,37 @@ def create_app(
             "prev_page": _query(filters, page=page - 1, per_page=per_page) if page > 1 else None,
             "next_page": _query(filters, page=page + 1, per_page=per_page) if page < pages else None,
             "statuses": STATUSES,
+            "outcomes": OUTCOMES,
+            "score_counts": index.score_counts(),
+            "samples": int(index.info.get("samples_per_prompt") or 1),
+            "href": lambda e: _prompt_href(filters, e["prompt_index"], e["sample_index"]),
         }
         return templates.TemplateResponse(request, "run.html", context)
 
     @app.get("/prompt/{prompt_index}", response_class=HTMLResponse)
-    def trajectory_page(request: Request, prompt_index: int, filters: FilterParams):
-        entry = index.entry(prompt_index)
+    def trajectory_page(
+        request: Request,
+        prompt_index: int,
+        filters: FilterParams,
+        sample: int = Query(0, ge=0, le=MAX_SAMPLE),
+    ):
+        entry = index.entry(prompt_index, sample)
         if entry is None:
-            raise HTTPException(404, f"no prompt {prompt_index} in this run")
+            what = f"prompt {prompt_index}" + (f" sample {sample}" if sample else "")
+            raise HTTPException(404, f"no {what} in this run")
         scrub = redactor().redact_obj
         row = index.row(entry)
         row = scrub(row) if row is not None else None
+        rescored = (index.rescores(entry).get(entry["prompt_id"]) or {}).get("score", {})
         tombstone = index.tombstone(entry)
-        previous, following = index.neighbours(prompt_index, filters)
+        previous, following = index.neighbours(prompt_index, sample, filters)
         context = {
             "summary": read_summary(run_dir),
             "entry": entry,
             "row": row,
             "facts": row_facts(row) if row else [],
+            "scores": score_views(row, rescored) if row else [],
+            "samples": int(index.info.get("samples_per_prompt") or 1),
             "turns": turn_views(row["conversations"]) if row else [],
             "prompt": "" if row else redactor().redact(index.prompt_text(prompt_index)),
             "tombstone": pretty(scrub(tombstone)) if tombstone else None,
@@ -214,6 +248,7 @@ def create_app(
             "query": _query(filters),
             "previous": previous,
             "following": following,
+            "href": lambda key: _prompt_href(filters, *key),
         }
         return templates.TemplateResponse(request, "trajectory.html", context)
 

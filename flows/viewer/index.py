@@ -14,8 +14,13 @@ Status of a prompt (first that applies):
   ``tool_stats`` names only registry tools: it is in ``trajectories.jsonl``;
 * ``filtered`` - a row that calls a tool outside the registry (hallucinated), left out of the merge;
 * ``discarded`` - a tombstone in ``discarded.jsonl``: no reasoning in any assistant turn;
+* ``rejected`` - a kept row that the merge's ``--keep passed|best`` filter moved to ``rejected.jsonl``;
 * ``failed`` - a line in ``failures.jsonl`` and nothing else;
 * ``pending`` - nothing yet: not run.
+
+Each prompt also has a score outcome (``passed``, ``failed``, ``errored`` or none) and the mean of
+its score values, with the re-scores of ``scores.jsonl`` laid over its row (:mod:`flows.viewer.scores`);
+:meth:`RunIndex.row` returns the row with them laid over too.
 
 Pure Python + polars, no Prefect.
 """
@@ -35,6 +40,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from flows.viewer import scores
 from hermes_core.dataset import DatasetError, read_dataset
 from hermes_core.runfolder.files import (  # the merge's own file reading
     atomic_writer,
@@ -50,6 +56,7 @@ from hermes_core.runfolder.folder import (
     RunFolder,
 )
 from hermes_core.runfolder.postprocess import batch_files
+from hermes_core.runfolder.rescores import Rescores, apply_rescore
 from hermes_core.runfolder.run_info import prompt_identity, read_run_info
 
 __all__ = [
@@ -60,15 +67,16 @@ __all__ = [
     "RunIndex",
 ]
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 HEAD_CHARS = 120
 REFRESH_SECONDS = 1.0
 
-STATUSES = ("kept", "discarded", "filtered", "failed", "pending")
+STATUSES = ("kept", "rejected", "discarded", "filtered", "failed", "pending")
 """Every status, in the order the run page lists them."""
 
 STATUS_LABELS = {
     "kept": "kept",
+    "rejected": "rejected (--keep filter)",
     "discarded": "discarded (no reasoning)",
     "filtered": "filtered (hallucinated tool)",
     "failed": "failed",
@@ -82,6 +90,9 @@ _SCHEMA = {
     "prompt": pl.String,
     "head": pl.String,
     "status": pl.String,
+    "sample_index": pl.Int64,
+    "score": pl.String,
+    "score_mean": pl.Float64,
     "completed": pl.Boolean,
     "partial": pl.Boolean,
     "tools": pl.List(pl.String),
@@ -93,6 +104,8 @@ _SCHEMA = {
     "tomb_length": pl.Int64,
     "fail_offsets": pl.List(pl.Int64),
     "fail_lengths": pl.List(pl.Int64),
+    "rescore_offsets": pl.List(pl.Int64),
+    "rescore_lengths": pl.List(pl.Int64),
 }
 _SPACE = re.compile(r"\s+")
 
@@ -102,6 +115,9 @@ class _Row(NamedTuple):
 
     prompt_index: int
     prompt: str
+    sample_index: int | None
+    score: str | None  # passed | failed | None (not scored), after the re-scores
+    score_mean: float | None
     completed: bool
     partial: bool
     tools: tuple[str, ...]
@@ -121,6 +137,7 @@ class Filters:
 
     Attributes:
         status: one of :data:`STATUSES`, or ``""`` for all.
+        score: one of :data:`flows.viewer.scores.OUTCOMES`, or ``""`` for all.
         partial: only rows with ``partial=true``.
         turn_limit: only rows the turn limit ended (``completed=false``).
         tool: only rows that called this tool (``""`` = any).
@@ -129,6 +146,7 @@ class Filters:
     """
 
     status: str = ""
+    score: str = ""
     partial: bool = False
     turn_limit: bool = False
     tool: str = ""
@@ -213,7 +231,7 @@ class RunIndex:
     def _inputs(self) -> list[Path]:
         files = [*batch_files(self.run_dir)]
         folder = RunFolder(self.run_dir)
-        files += [folder.discarded, folder.failures, folder.run_json]
+        files += [folder.discarded, folder.failures, folder.rejected, folder.scores, folder.run_json]
         dataset = self._dataset_path()
         if dataset is not None:
             files.append(dataset)
@@ -279,35 +297,48 @@ class RunIndex:
         started = time.monotonic()
         notes: list[str] = []
         prompts = self._dataset_prompts(notes)
-        rows, hallucinated = self._scan_rows(keep_text=prompts is None)
+        rescored = scores.scan(RunFolder(self.run_dir).scores)
+        rows, hallucinated = self._scan_rows(keep_text=prompts is None, newest=rescored.newest)
+        rejected = self._scan_rejected()
         tombs = self._scan_tombstones()
         failures = self._scan_failures()
         if prompts is None:  # no dataset: list what the run folder knows
-            prompts = {pid: (found.prompt_index, found.prompt) for pid, found in rows.items()}
+            prompts = {
+                pid: (found.prompt_index, found.prompt, found.sample_index or 0)
+                for pid, found in rows.items()
+            }
             for pid, (index, _, _) in tombs.items():
-                prompts.setdefault(pid, (index, ""))
+                prompts.setdefault(pid, (index, "", 0))
             for pid, entries in failures.items():
-                prompts.setdefault(pid, (entries[-1][0], ""))
+                prompts.setdefault(pid, (entries[-1][0], "", 0))
         else:
             orphans = sum(1 for pid in rows if pid not in prompts)
             if orphans:
                 notes.append(f"{orphans} rows belong to prompts that are not in the dataset (not listed)")
         columns: dict[str, list[Any]] = {name: [] for name in _SCHEMA}
-        for pid, (index, text) in prompts.items():
+        for pid, (index, text, sample) in prompts.items():
             found = rows.get(pid)
             tomb = tombs.get(pid)
             fails = failures.get(pid, ())
+            outcome = mean = None
             if found is not None:
-                status = "filtered" if pid in hallucinated else "kept"
+                status = "filtered" if pid in hallucinated else "rejected" if pid in rejected else "kept"
                 text = text or found.prompt
+                outcome, mean = found.score, found.score_mean
             else:
                 status = "discarded" if tomb is not None else "failed" if fails else "pending"
+                if status == "failed" and fails[-1][3] == "infra":
+                    outcome = "errored"
+            lines = rescored.lines.get(pid, ()) if found is not None else ()
             values = {
                 "prompt_index": index,
                 "prompt_id": pid,
                 "prompt": text,
                 "head": _head(text),
                 "status": status,
+                "sample_index": sample,
+                "score": outcome,
+                "score_mean": mean,
                 "completed": found.completed if found else None,
                 "partial": found.partial if found else None,
                 "tools": list(found.tools) if found else [],
@@ -319,11 +350,13 @@ class RunIndex:
                 "tomb_length": tomb[2] if tomb else None,
                 "fail_offsets": [f[1] for f in fails],
                 "fail_lengths": [f[2] for f in fails],
+                "rescore_offsets": [offset for offset, _ in lines],
+                "rescore_lengths": [length for _, length in lines],
             }
             for name, value in values.items():
                 columns[name].append(value)
         del prompts, rows, tombs, failures
-        full = pl.DataFrame(columns, schema=_SCHEMA).sort("prompt_index")
+        full = pl.DataFrame(columns, schema=_SCHEMA).sort("prompt_index", "sample_index")
         del columns
         self.build_seconds = round(time.monotonic() - started, 3)
         self.notes = notes
@@ -345,9 +378,12 @@ class RunIndex:
             return
         raise OSError(f"cannot write the index of {self.run_dir} (run folder and {tempfile.gettempdir()})")
 
-    def _scan_rows(self, *, keep_text: bool) -> tuple[dict[str, _Row], set[str]]:
+    def _scan_rows(
+        self, *, keep_text: bool, newest: dict[str, dict[str, Any]]
+    ) -> tuple[dict[str, _Row], set[str]]:
         """First row per prompt_id in batch order, as a :class:`_Row` (its human turn only with
-        ``keep_text``), and the ids of rows that name a tool outside the registry."""
+        ``keep_text``; its score with the re-scores ``newest`` laid over), and the ids of rows that
+        name a tool outside the registry."""
         rows: dict[str, _Row] = {}
         hallucinated: set[str] = set()
         for path in batch_files(self.run_dir):
@@ -366,9 +402,14 @@ class RunIndex:
                 if not self._tools.issuperset(stats):
                     hallucinated.add(pid)
                 index = row.get("prompt_index")
+                sample = metadata.get("sample_index")
+                outcome, mean = scores.outcome(metadata, newest.get(pid))
                 rows[pid] = _Row(
                     prompt_index=index if isinstance(index, int) else -1,
                     prompt=_human_text(row) if keep_text else "",
+                    sample_index=sample if type(sample) is int else None,
+                    score=outcome,
+                    score_mean=mean,
                     completed=bool(row.get("completed")),
                     partial=bool(row.get("partial")),
                     tools=tuple(
@@ -390,6 +431,18 @@ class RunIndex:
             if obj is not None and isinstance(obj.get("prompt_id"), str):
                 yield obj, offset, len(raw)
 
+    def _scan_rejected(self) -> set[str]:
+        """The prompt_ids of the rows in ``rejected.jsonl`` (the merge's ``--keep`` filter)."""
+        path = RunFolder(self.run_dir).rejected
+        found: set[str] = set()
+        if path.is_file():
+            for _, raw, _, _ in iter_raw_lines(path):
+                row = loads_object(raw)
+                metadata = row.get("metadata") if row is not None else None
+                if isinstance(metadata, dict) and isinstance(metadata.get("prompt_id"), str):
+                    found.add(metadata["prompt_id"])
+        return found
+
     def _scan_tombstones(self) -> dict[str, tuple[int, int, int]]:
         """prompt_id -> (prompt_index, offset, length) of its first tombstone."""
         found: dict[str, tuple[int, int, int]] = {}
@@ -398,18 +451,20 @@ class RunIndex:
             found.setdefault(tomb["prompt_id"], (index if isinstance(index, int) else -1, offset, length))
         return found
 
-    def _scan_failures(self) -> dict[str, list[tuple[int, int, int]]]:
-        """prompt_id -> [(prompt_index, offset, length)] of every failure line, oldest first."""
-        found: dict[str, list[tuple[int, int, int]]] = {}
+    def _scan_failures(self) -> dict[str, list[tuple[int, int, int, str | None]]]:
+        """prompt_id -> [(prompt_index, offset, length, kind)] of every failure line, oldest first."""
+        found: dict[str, list[tuple[int, int, int, str | None]]] = {}
         for line, offset, length in self._scan_jsonl(FAILURES_FILE):
             index = line.get("prompt_index")
+            kind = line.get("kind") if isinstance(line.get("kind"), str) else None
             found.setdefault(line["prompt_id"], []).append(
-                (index if isinstance(index, int) else -1, offset, length)
+                (index if isinstance(index, int) else -1, offset, length, kind)
             )
         return found
 
-    def _dataset_prompts(self, notes: list[str]) -> dict[str, tuple[int, str]] | None:
-        """prompt_id -> (prompt_index, prompt) of the dataset's records, or None when it cannot be read."""
+    def _dataset_prompts(self, notes: list[str]) -> dict[str, tuple[int, str, int]] | None:
+        """prompt_id -> (prompt_index, prompt, sample_index) of every sample of the dataset's records,
+        or None when it cannot be read."""
         recorded = self.info.get("dataset") or {}
         path = self._dataset_path()
         if path is None:
@@ -430,7 +485,7 @@ class RunIndex:
         settings_hash = self.info.get("settings_hash", "")
         samples = self.info.get("samples_per_prompt") or 1
         return {
-            prompt_identity(r.content_key, settings_hash, sample): (r.prompt_index, r.prompt)
+            prompt_identity(r.content_key, settings_hash, sample): (r.prompt_index, r.prompt, sample)
             for r in dataset.records
             for sample in range(samples)
         }
@@ -444,6 +499,8 @@ class RunIndex:
         conditions = []
         if filters.status:
             conditions.append(pl.col("status") == filters.status)
+        if filters.score:
+            conditions.append(pl.col("score") == filters.score)
         if filters.partial:
             conditions.append(pl.col("partial").fill_null(False))
         if filters.turn_limit:
@@ -462,7 +519,7 @@ class RunIndex:
                 .select("prompt_index")
                 .collect()
             )
-            table = table.join(matches, on="prompt_index", how="semi")
+            table = table.join(matches, on="prompt_index", how="semi").sort("prompt_index", "sample_index")
         return table
 
     def page(self, filters: Filters, page: int, per_page: int) -> tuple[list[dict[str, Any]], int]:
@@ -471,18 +528,24 @@ class RunIndex:
         start = max(0, (page - 1) * per_page)
         return selected.slice(start, per_page).to_dicts(), selected.height
 
-    def entry(self, prompt_index: int) -> dict[str, Any] | None:
-        """The table row of one prompt, or None."""
+    def entry(self, prompt_index: int, sample_index: int = 0) -> dict[str, Any] | None:
+        """The table row of one prompt (a sample of a record), or None."""
         self.refresh()
-        found = self.table.filter(pl.col("prompt_index") == prompt_index)
+        found = self.table.filter(
+            pl.col("prompt_index") == prompt_index, pl.col("sample_index") == sample_index
+        )
         return found.row(0, named=True) if found.height else None
 
-    def neighbours(self, prompt_index: int, filters: Filters) -> tuple[int | None, int | None]:
-        """prompt_index of the previous and next prompt of the filtered list around ``prompt_index``."""
-        indices = self.select(filters)["prompt_index"]
-        before = indices.filter(indices < prompt_index)
-        after = indices.filter(indices > prompt_index)
-        return (before.max() if before.len() else None, after.min() if after.len() else None)
+    def neighbours(
+        self, prompt_index: int, sample_index: int, filters: Filters
+    ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """``(prompt_index, sample_index)`` of the previous and next prompt of the filtered list
+        around that prompt (None at either end)."""
+        keys = self.select(filters).select("prompt_index", "sample_index")
+        index, sample = pl.col("prompt_index"), pl.col("sample_index")
+        before = keys.filter((index < prompt_index) | ((index == prompt_index) & (sample < sample_index)))
+        after = keys.filter((index > prompt_index) | ((index == prompt_index) & (sample > sample_index)))
+        return (before.row(-1) if before.height else None, after.row(0) if after.height else None)
 
     def prompt_text(self, prompt_index: int) -> str:
         """The full prompt text of one prompt (``""`` when not known)."""
@@ -504,10 +567,20 @@ class RunIndex:
         return obj
 
     def row(self, entry: dict[str, Any]) -> dict[str, Any] | None:
-        """The trajectory row of an entry (read by offset from its batch file), or None."""
+        """The trajectory row of an entry (read by offset from its batch file) with its re-scores
+        laid over (:meth:`rescores`), or None."""
         if entry.get("file") is None:
             return None
-        return self._read(entry["file"], entry["offset"], entry["length"])
+        row = self._read(entry["file"], entry["offset"], entry["length"])
+        apply_rescore(row, self.rescores(entry))
+        return row
+
+    def rescores(self, entry: dict[str, Any]) -> Rescores:
+        """The re-scores ``scores.jsonl`` gives an entry's row (``{}`` when none)."""
+        if not entry.get("rescore_offsets"):
+            return {}
+        path = RunFolder(self.run_dir).scores
+        return scores.rescores_of(scores.read_lines(path, entry["rescore_offsets"], entry["rescore_lengths"]))
 
     def tombstone(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         """The discard tombstone of an entry, or None."""
@@ -529,6 +602,12 @@ class RunIndex:
         self.refresh()
         found = dict(self.table.group_by("status").len().iter_rows())
         return {status: int(found.get(status, 0)) for status in STATUSES}
+
+    def score_counts(self) -> dict[str, int]:
+        """Prompts per score outcome (every one of :data:`flows.viewer.scores.OUTCOMES`, 0 when none)."""
+        self.refresh()
+        found = dict(self.table.group_by("score").len().iter_rows())
+        return {outcome: int(found.get(outcome, 0)) for outcome in scores.OUTCOMES}
 
     def tools_used(self) -> list[str]:
         """Sorted names of the tools called by at least one row."""

@@ -8,12 +8,12 @@ form is shown as its raw text with the parse error. JSON is pretty-printed with
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from hermes_core.sharegpt_parse import TurnFormatError, parse_gpt_turn, parse_system_tools, parse_tool_turn
 
-__all__ = ["pretty", "row_facts", "turn_views"]
+__all__ = ["pretty", "row_facts", "score_views", "turn_views"]
 
 
 def pretty(value: Any) -> str:
@@ -59,7 +59,8 @@ def turn_views(conversations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 def row_facts(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The row's metadata as ``(label, text)`` pairs: model, time, batch, usage, cost, duration,
-    stop reason, attempt, API calls, completed/partial, toolsets offered, tools called, source."""
+    stop reason, attempt, API calls, completed/partial, toolsets offered, tools called, source, prompt id
+    and (with samples) the sample index."""
     meta = row.get("metadata") if isinstance(row.get("metadata"), Mapping) else {}
     usage = meta.get("usage") if isinstance(meta.get("usage"), Mapping) else {}
     cost = usage.get("cost")
@@ -90,4 +91,24 @@ def row_facts(row: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("source", json.dumps(meta.get("source"), ensure_ascii=False)),
         ("prompt id", meta.get("prompt_id")),
     ]
+    if meta.get("sample_index") is not None:  # --samples_per_prompt > 1
+        facts.append(("sample", meta.get("sample_index")))
     return [(label, "" if value is None else str(value)) for label, value in facts]
+
+
+def score_views(row: Mapping[str, Any], rescored: Collection[str] = ()) -> list[dict[str, Any]]:
+    """The row's ``metadata.score`` as ``[{"scorer", "value", "passed", "explanation", "rescored"}]``
+    in the row's order; ``rescored``: the scorers whose result comes from ``scores.jsonl``."""
+    meta = row.get("metadata") if isinstance(row.get("metadata"), Mapping) else {}
+    score = meta.get("score") if isinstance(meta.get("score"), Mapping) else {}
+    return [
+        {
+            "scorer": name,
+            "value": result.get("value"),
+            "passed": result.get("passed"),
+            "explanation": str(result.get("explanation") or ""),
+            "rescored": name in rescored,
+        }
+        for name, result in score.items()
+        if isinstance(result, Mapping)
+    ]

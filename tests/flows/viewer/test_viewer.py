@@ -1,6 +1,7 @@
 """The viewer over real HTTP (uvicorn on a free port): run page, filters, trajectory pages, escaping,
-security headers, the Host check, out-of-range integers, the index cache, and the ``hermes-batch
-view`` command line."""
+security headers, the Host check, out-of-range integers, the index cache, the ``hermes-batch
+view`` command line, and scores (score column and filter, pass@k, verify output, samples,
+re-scores from ``scores.jsonl``, rows the ``--keep`` filter rejected)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from flows.viewer.app import CONTENT_SECURITY_POLICY, MAX_PAGE, create_app, view
 from flows.viewer.index import RunIndex
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tests.conftest import free_port
+from tests.flows.viewer.scored_run import build_scored_run, prompt_ids, rescore
 from tests.live_app import serve
 from tests.run_folders import DEFAULT_PLAN, TEST_FLOW_RUN_ID, build_run
 
@@ -216,7 +218,9 @@ def test_index_is_cached_and_rebuilt_when_a_batch_file_changes(tmp_path, monkeyp
     with open(run_dir / "batch_7.jsonl", "w", encoding="utf-8") as fh:
         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     assert again.refresh() is True
-    assert again.counts() == {"kept": 2, "discarded": 0, "filtered": 0, "failed": 0, "pending": 0}
+    assert again.counts() == {
+        "kept": 2, "rejected": 0, "discarded": 0, "filtered": 0, "failed": 0, "pending": 0,
+    }  # fmt: skip
     assert again.row(again.entry(1))["metadata"]["prompt_id"] == pending_id
 
 
@@ -295,3 +299,147 @@ def test_run_summaries_print_the_view_command(run_dir, capsys):
     state.state_details.flow_run_id = UUID(TEST_FLOW_RUN_ID)
     print_summary(config, state=state)
     assert f"View it: hermes-batch view {run_dir}" in capsys.readouterr().out.replace("\n", "")
+
+
+# --- scores (issue 25): two samples per record, answer and verify scorers, an infra failure ---
+
+SCORED_ROW_RE = re.compile(
+    r'<td class="idx">(\d+)</td>\s*<td class="sample">(\d+)</td>.*?<td class="score">(.*?)</td>', re.S
+)
+SCORED_LIST = [  # (prompt_index, sample_index, score column) of tests/flows/viewer/scored_run.py
+    (0, 0, "pass 1.00"),
+    (0, 1, "fail 0.00"),
+    (1, 0, "pass 1.00"),
+    (1, 1, "pass 1.00"),
+    (2, 0, "fail 0.00"),
+    (2, 1, "pass 1.00"),
+    (3, 0, "errored"),
+    (3, 1, "fail 0.00"),
+    (4, 0, ""),
+    (4, 1, ""),
+]
+
+
+def scored_listed(page: str) -> list[tuple[int, int, str]]:
+    """(prompt_index, sample_index, score column text) of every row of a run page with samples."""
+    return [
+        (int(index), int(sample), re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", cell)).strip())
+        for index, sample, cell in SCORED_ROW_RE.findall(page)
+    ]
+
+
+@pytest.fixture(scope="module")
+def scored_dir(tmp_path_factory) -> Path:
+    return build_scored_run(tmp_path_factory.mktemp("scored"))
+
+
+@pytest.fixture(scope="module")
+def scored(scored_dir):
+    with serve(create_app(scored_dir)) as url:
+        yield url
+
+
+def test_the_list_has_a_score_column_and_the_run_page_pass_at_k(scored):
+    text = get(scored, "/").text
+    assert scored_listed(text) == SCORED_LIST
+    for outcome, n in [("passed", 4), ("failed", 3), ("errored", 1)]:
+        assert (
+            f'<a class="card score-{outcome}" href="/?score={outcome}"><span class="n">{n}</span> {outcome}</a>'
+            in text
+        )
+    # statistics.json: pass@1 = (1/2 + 1 + 1/2 + 0) / 4, pass@2 over records 0-2, pass^2 = 1/3
+    assert "<tr><th>pass@1</th><td>0.5000</td></tr>" in text
+    assert "<tr><th>pass@2</th><td>1.0000</td></tr>" in text
+    assert "<tr><th>pass^2</th><td>0.3333 (every sample of a record passed)</td></tr>" in text
+    assert "<tr><td>answer</td><td>5</td><td>3</td><td>2</td><td>60.00%</td><td>0.6</td></tr>" in text
+    assert "<tr><td>verify</td><td>2</td><td>1</td><td>1</td><td>50.00%</td><td>0.5</td></tr>" in text
+    # a sample's link names its sample
+    assert '<a href="/prompt/0?sample=1">What is the capital of France?</a>' in text
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"score": "passed"}, [(0, 0), (1, 0), (1, 1), (2, 1)]),
+        ({"score": "failed"}, [(0, 1), (2, 0), (3, 1)]),
+        ({"score": "errored"}, [(3, 0)]),
+        ({"score": "failed", "q": "capital"}, [(0, 1)]),
+        ({"score": "passed", "status": "failed"}, []),
+    ],
+)
+def test_the_list_filters_by_score(scored, params, expected):
+    page = get(scored, "/", **params)
+    assert page.status_code == 200
+    assert [(i, s) for i, s, _ in scored_listed(page.text)] == expected
+    assert f"{len(expected)} prompts match" in page.text
+
+
+def test_an_unknown_score_filter_is_a_400(scored):
+    answer = get(scored, "/", score="maybe")
+    assert answer.status_code == 400 and "unknown score 'maybe'" in answer.text
+    assert get(scored, "/prompt/0", sample="7").status_code == 404
+    assert get(scored, "/prompt/0", sample="-1").status_code == 422
+
+
+def test_the_trajectory_page_shows_the_scores_and_the_verify_output_as_text(scored):
+    page = get(scored, "/prompt/2").text
+    assert "<h2>Scores: failed</h2>" in page
+    assert '<tr class="scorer-verify"><td class="scorer">verify</td><td class="value">0.0</td>' in page
+    # the verify command's output, preformatted and escaped (its markup is text)
+    assert (
+        '<td class="explanation"><pre>exit 1: FAILED test_app.py::test_title - &lt;b&gt;assert&lt;/b&gt; '
+        "&#39;Hello&#39; == &#34;Hi&#34;\n1 failed in 0.02s</pre></td>"
+    ) in page
+    assert "<b>assert" not in page
+    sample = get(scored, "/prompt/0", sample="1").text
+    assert "<h1>Prompt 0 · sample 1 " in sample
+    assert "<pre>&#39;London&#39; is not one of [&#39;Paris&#39;]</pre>" in sample
+    assert "<tr><th>sample</th><td>1</td></tr>" in sample
+    # previous / next walk the samples, and keep the filter
+    failed = get(scored, "/prompt/2", score="failed").text
+    assert '<a rel="prev" href="/prompt/0?score=failed&amp;sample=1">← prompt 0 sample 1</a>' in failed
+    assert '<a rel="next" href="/prompt/3?score=failed&amp;sample=1">prompt 3 sample 1 →</a>' in failed
+    errored = get(scored, "/prompt/3").text
+    assert '<span class="badge score-errored">errored</span>' in errored
+    assert '<td class="error-type">SandboxError</td>' in errored and "Scores:" not in errored
+
+
+def test_a_row_re_scored_through_scores_jsonl_shows_its_newest_score(tmp_path, monkeypatch):
+    run_dir = build_scored_run(tmp_path)
+    monkeypatch.setattr(run_index, "REFRESH_SECONDS", 0.0)
+    with serve(create_app(run_dir)) as url:
+        assert scored_listed(get(url, "/").text)[1] == (0, 1, "fail 0.00")
+        # `hermes-batch score` appends a line: sample 1 of record 0 now passes its answer scorer
+        new = {"value": 1.0, "passed": True, "explanation": "matches 'London' <i>(accepted now)</i>"}
+        rescore(run_dir, prompt_ids(run_dir)[1], 0, {"answer": new})
+        listed_now = scored_listed(get(url, "/").text)
+        assert listed_now[1] == (0, 1, "pass 1.00") and listed_now[2:] == SCORED_LIST[2:]
+        assert [(i, s) for i, s, _ in scored_listed(get(url, "/", score="passed").text)][:2] == [
+            (0, 0),
+            (0, 1),
+        ]
+        page = get(url, "/prompt/0", sample="1").text
+        assert "<h2>Scores: passed</h2>" in page
+        assert (
+            '<td class="scorer">answer <span class="mark">re-scored</span></td><td class="value">1.0</td>'
+            in page
+        )
+        assert "<pre>matches &#39;London&#39; &lt;i&gt;(accepted now)&lt;/i&gt;</pre>" in page
+        # a later line for the same scorer wins; a torn last line (a killed score) is ignored
+        rescore(run_dir, prompt_ids(run_dir)[1], 0, {"answer": {**new, "value": 0.0, "passed": False}})
+        with open(run_dir / "scores.jsonl", "a", encoding="utf-8") as fh:
+            fh.write('{"prompt_id": "' + prompt_ids(run_dir)[1] + '", "score": {"answ')
+        assert scored_listed(get(url, "/").text)[1] == (0, 1, "fail 0.00")
+        assert '<span class="mark">re-scored</span>' in get(url, "/prompt/0", sample="1").text
+
+
+def test_rows_the_keep_filter_rejected_are_listed_as_rejected(tmp_path):
+    run_dir = build_scored_run(tmp_path, keep="passed")
+    index = RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS)
+    assert index.counts() == {
+        "kept": 4, "rejected": 5, "discarded": 0, "filtered": 0, "failed": 1, "pending": 0,
+    }  # fmt: skip
+    rejected = index.select(run_index.Filters(status="rejected"))
+    assert rejected.select("prompt_index", "sample_index", "score").rows() == [
+        (0, 1, "failed"), (2, 0, "failed"), (3, 1, "failed"), (4, 0, None), (4, 1, None),
+    ]  # fmt: skip
