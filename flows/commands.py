@@ -4,7 +4,10 @@
 [--allow_host NAME]`` serves the read-only viewer (any other ``Host`` header: 400);
 ``hermes-batch export data/<run> --out DIR [--format sharegpt|messages] [--include kept|all]
 [--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging Face dataset folder
-(``--overwrite`` replaces only an earlier export, by its manifest). Both ``--flag=value`` and
+(``--overwrite`` replaces only an earlier export, by its manifest);
+``hermes-batch score data/<run> [--scorer answer,judge,python:m:f] [--dataset FILE]
+[--judge_model M] [--judge_base_url URL] [--judge_rubric_file F] [--num_workers N]`` scores the
+rows again without the agent (:mod:`flows.rescore`). Both ``--flag=value`` and
 ``--flag value`` work. A bad argument or an unusable folder prints one line ``error: ...``
 (naming the flag or file) and returns 2.
 """
@@ -16,7 +19,7 @@ import socket
 import sys
 from pathlib import Path
 
-__all__ = ["build_export_parser", "build_view_parser", "run_command"]
+__all__ = ["build_export_parser", "build_score_parser", "build_view_parser", "run_command"]
 
 
 class CommandError(Exception):
@@ -89,6 +92,45 @@ def build_export_parser() -> argparse.ArgumentParser:
         help="replace an earlier export in --out (deletes only the files its manifest lists)",
     )
     return p
+
+
+def build_score_parser() -> argparse.ArgumentParser:
+    """Parser of ``hermes-batch score``."""
+    p = _Parser(
+        prog="hermes-batch score",
+        description="Score a run's existing rows again, without running the agent (never verify: its "
+        "sandbox is gone). Results go to scores.jsonl beside the rows; trajectories.jsonl and "
+        "statistics.json are merged again with the newest scores.",
+    )
+    p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
+    p.add_argument(
+        "--scorer",
+        default="auto",
+        help="comma list: auto (answer for the records that have one), answer, judge, python:module:function",
+    )
+    p.add_argument(
+        "--dataset",
+        help="take each row's record (its answer) from this file, by prompt_index, instead of the row's copy",
+    )
+    p.add_argument("--judge_model", help="the judge's model (default: the run's model)")
+    p.add_argument("--judge_base_url", help="the judge's endpoint (default: the run model's endpoint)")
+    p.add_argument("--judge_rubric_file", help="text file with the judge's rubric (default: built in)")
+    p.add_argument(
+        "--num_workers", type=int, default=8, help="rows scored at once (judge requests in flight; default 8)"
+    )
+    return p
+
+
+def run_score(argv: list[str]) -> int:
+    """``hermes-batch score``: see :mod:`flows.rescore`. Returns the exit code."""
+    args = build_score_parser().parse_args(argv)
+    if args.num_workers < 1:
+        raise CommandError(f"--num_workers {args.num_workers}: must be at least 1")
+    if args.dataset and not Path(args.dataset).is_file():
+        raise CommandError(f"--dataset {args.dataset}: no such file")
+    from flows.rescore import main
+
+    return main(args)
 
 
 def _check_port(host: str, port: int) -> int:
@@ -189,8 +231,8 @@ def run_export(argv: list[str]) -> int:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Run the subcommand ``name`` (``view`` or ``export``) with its arguments; returns the exit code."""
-    commands = {"view": run_view, "export": run_export}
+    """Run the subcommand ``name`` (``view``, ``export`` or ``score``) with its arguments; returns the exit code."""
+    commands = {"view": run_view, "export": run_export, "score": run_score}
     try:
         return commands[name](argv)
     except CommandError as exc:

@@ -45,7 +45,7 @@ from hermes_core.agent import AgentConfig
 from hermes_core.client import ModelOptions
 from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.options import DEFINING, is_defining, is_run_option
-from hermes_core.runner import RunSpec
+from hermes_core.runner import JudgeSpec, RunSpec
 from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, KEEP_CHOICES, check_scorers
 from hermes_core.settings import TerminalBackend
 
@@ -124,7 +124,9 @@ class BatchConfig(BaseModel):
         default="auto",
         description="Scorers of each trajectory, a comma list: auto (verify when the record has a verify "
         "command, else answer when it has an answer), answer (the final answer against the record's "
-        "answer), verify (the record's verify command in the prompt's sandbox; exit 0 passes).",
+        "answer), verify (the record's verify command in the prompt's sandbox; exit 0 passes), judge (an "
+        "LLM judge: --judge_model, --judge_base_url, --judge_rubric_file), python:module:function (your "
+        "function(row, record) -> {value, passed, explanation}).",
     )
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
@@ -279,6 +281,13 @@ class BatchConfig(BaseModel):
     def _known_scorers(cls, value: str) -> str:
         return ",".join(check_scorers([name.strip() for name in value.split(",") if name.strip()]))
 
+    @field_validator("judge_rubric_file")
+    @classmethod
+    def _readable_rubric(cls, value: str | None) -> str | None:
+        if value:
+            load_rubric(value)
+        return value
+
     @field_validator("prefill_messages_file")
     @classmethod
     def _readable_prefill(cls, value: str | None) -> str | None:
@@ -335,6 +344,11 @@ class BatchConfig(BaseModel):
             scorers=self.scorer.split(","),
             samples_per_prompt=self.samples_per_prompt,
             verify_timeout=self.verify_timeout,
+            judge=JudgeSpec(
+                model=self.judge_model,
+                base_url=self.judge_base_url,
+                rubric=load_rubric(self.judge_rubric_file) if self.judge_rubric_file else None,
+            ),
         )
 
     def defining_settings(self) -> dict[str, Any]:
@@ -498,6 +512,23 @@ def load_prefill(path: str) -> list[dict[str, str]]:
                 f'prefill_messages_file {path}: item {i} must be {{"role": system|user|assistant, "content": str}}'
             )
     return [{"role": item["role"], "content": item["content"]} for item in data]
+
+
+def load_rubric(path: str) -> str:
+    """The judge's rubric in text file ``path`` (UTF-8).
+
+    Raises:
+        ValueError: the file is missing, unreadable, not UTF-8 or empty (the message names it).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"judge_rubric_file {path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"judge_rubric_file {path}: cannot be read ({exc})") from None
+    if not text.strip():
+        raise ValueError(f"judge_rubric_file {path}: the file is empty")
+    return text
 
 
 __all__ = [

@@ -157,6 +157,21 @@ class ModelError(HermesError):
         self.retry_after = retry_after
 
 
+class ScorerError(HermesError):
+    """A scorer could not give a result: the judge's request failed after its retries (an errored
+    sample, not a failed one: it never becomes a row and is retried like a transient error).
+
+    Attributes:
+        retryable: True when a later attempt may succeed (the judge's error was transient).
+    """
+
+    kind: ClassVar[FailureKind] = "infra"
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
 class PromptTimeout(HermesError):
     """The per-prompt wall-clock deadline passed (checked between turns and bounding tool timeouts)."""
 
@@ -207,6 +222,7 @@ __all__ = [
     "PromptTimeout",
     "RepeatedToolErrors",
     "SandboxError",
+    "ScorerError",
     "ToolError",
     "TurnLimitReached",
     "UnexpectedError",

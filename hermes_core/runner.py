@@ -22,7 +22,16 @@ from hermes_core.environments import create_environment
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.limiter import ConcurrencyLimiter, run_limiter
 from hermes_core.redaction import clean_for_storage, register_secrets_of, scrub_exception
-from hermes_core.scoring import DEFAULT_VERIFY_TIMEOUT, applied_scorers, score_answer, score_verify
+from hermes_core.scoring import (
+    DEFAULT_VERIFY_TIMEOUT,
+    JUDGE_MAX_TOKENS,
+    PYTHON_PREFIX,
+    applied_scorers,
+    score_answer,
+    score_judge,
+    score_python,
+    score_verify,
+)
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS, TOOLSETS, ModelEndpoint, ToolContext, offered_tools
 from hermes_core.trajectory import timestamp_now, to_sharegpt, tool_statistics
@@ -52,6 +61,14 @@ class PromptJob(BaseModel):
     def label(self) -> str:
         """How logs and task run names call it: ``"<prompt_index>"``, ``"<prompt_index>.<sample_index>"`` past sample 0."""
         return f"{self.prompt_index}.{self.sample_index}" if self.sample_index else str(self.prompt_index)
+
+
+class JudgeSpec(BaseModel):
+    """The ``judge`` scorer's model, endpoint and rubric (hermes_core.scoring.score_judge)."""
+
+    model: str | None = Field(default=None, description="Judge model; None = the run's model.")
+    base_url: str | None = Field(default=None, description="Judge endpoint; None = the run's endpoint.")
+    rubric: str | None = Field(default=None, description="Rubric text; None = scoring.JUDGE_RUBRIC.")
 
 
 class RunSpec(BaseModel):
@@ -94,6 +111,7 @@ class RunSpec(BaseModel):
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."
     )
+    judge: JudgeSpec = Field(default_factory=JudgeSpec, description="The judge scorer's settings.")
 
 
 class PromptOutcome(BaseModel):
@@ -199,9 +217,21 @@ def run_prompt(
             try:
                 result = Agent(client, tools, ctx, spec.agent).run(job.prompt)
                 scorers = applied_scorers(spec.scorers, job.source)
+                scores: dict[str, dict[str, Any]] = {}
                 if "verify" in scorers:  # in the agent's sandbox, before it is torn down
                     _check_cancelled(ctx.usage)
-                    verified = score_verify(env, job.source["verify"], spec.verify_timeout)
+                    scores["verify"] = score_verify(env, job.source["verify"], spec.verify_timeout)
+                if "judge" in scorers:  # its usage is the prompt's: a failure here carries it too
+                    judged, judge_usage = score_judge(
+                        _judge_client(spec, client, settings),
+                        job.prompt,
+                        result.final_response,
+                        job.source.get("answer"),
+                        spec.judge.rubric,
+                        deadline=deadline,
+                    )
+                    ctx.add_usage(judge_usage)
+                    scores["judge"] = judged
             finally:
                 ctx.close()
     except Exception as exc:
@@ -224,17 +254,35 @@ def run_prompt(
         "duration_s": duration,
     }
     # valid UTF-8 and redacted before it leaves: this row is what the task cache stores
-    scores = {
-        name: verified if name == "verify" else score_answer(result.final_response, job.source["answer"])
-        for name in scorers
-    }
+    if "answer" in scorers:
+        scores["answer"] = score_answer(result.final_response, job.source["answer"])
     row = build_row(job, spec, result, toolsets, attempt=attempt, duration_s=duration)
+    record = {"prompt": job.prompt, **job.source}
+    for name in scorers:
+        if name.startswith(PYTHON_PREFIX):
+            scores[name] = score_python(name, row, record)
+    scores = {name: scores[name] for name in scorers}  # in the order --scorer names them
     if scores:
         row["metadata"]["score"] = scores
         row["metadata"]["passed"] = all(score["passed"] for score in scores.values())
     row = clean_for_storage(row)
     status = "kept" if with_reasoning else "discarded"
     return PromptOutcome(status=status, row=row, **common)
+
+
+def _judge_client(spec: RunSpec, client: ModelClient, settings: HermesSettings) -> ModelClient:
+    """The judge's client: the run's limiter, spend cap, key and retries; the judge's model and endpoint."""
+    model = spec.judge.model or spec.model.model
+    base_url = spec.judge.base_url or spec.base_url
+    return ModelClient(
+        ModelOptions(model=model, max_tokens=JUDGE_MAX_TOKENS, temperature=0.0),
+        base_url=resolve_base_url(model, base_url, settings),
+        api_key=settings.api_key,
+        timeout=settings.request_timeout,
+        max_retries=settings.max_retries,
+        limiter=client.limiter,
+        guard=client.guard,
+    )
 
 
 def _process_limiter(spec: RunSpec) -> ConcurrencyLimiter | None:
@@ -292,4 +340,12 @@ def build_row(
     }
 
 
-__all__ = ["PromptJob", "PromptOutcome", "RunSpec", "build_row", "run_prompt", "unavailable_tools"]
+__all__ = [
+    "JudgeSpec",
+    "PromptJob",
+    "PromptOutcome",
+    "RunSpec",
+    "build_row",
+    "run_prompt",
+    "unavailable_tools",
+]

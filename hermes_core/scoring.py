@@ -13,23 +13,47 @@ default ``auto``):
   before the sandbox is torn down (same folder, files and image as the agent); exit status 0
   passes. It runs under ``--verify_timeout`` seconds; its output is bounded like a tool result's
   and kept (redacted, as every stored text) in the explanation.
+* ``judge``: an LLM judge (``--judge_model``, default the run's model; ``--judge_base_url``,
+  default the run's endpoint) reads the task, the record's ``answer`` when it has one and the
+  agent's final answer under a rubric (``--judge_rubric_file``, default :data:`JUDGE_RUBRIC`) and
+  answers ``PASS`` or ``FAIL`` with a reason (:func:`judge_messages`, :func:`read_verdict`). Its
+  requests go through the run's limiter and spend cap and its usage counts in the row's. A judge
+  request that fails after its retries makes the sample errored (:class:`ScorerError`).
+* ``python:module:function``: ``function(row, record)`` of an importable module (the current
+  folder is tried too) returns ``{"value": float, "passed": bool, "explanation": str}``
+  (``value`` defaults to 1.0/0.0 by ``passed``); ``row`` is the trajectory row being written,
+  ``record`` the dataset record (``prompt`` and its other fields). A function that raises or
+  returns something else gives ``passed: false`` with ``"errored": true`` and the error as the
+  explanation: the paid trajectory is kept, and ``hermes-batch score`` can score it again once
+  the function is fixed.
 
-A scorer named for a record that lacks its field is not applied to that record. Each result is
-``{"value": float, "passed": bool, "explanation": str}`` (value 1.0 or 0.0 here) and goes to the
-row's ``metadata.score[<scorer>]``; ``metadata.passed`` is true when every applied scorer passed.
+``judge`` and ``python:`` scorers apply to every record; ``answer`` and ``verify`` only to records
+with that field. Each result is ``{"value": float, "passed": bool, "explanation": str}`` and goes
+to the row's ``metadata.score[<scorer>]``; ``metadata.passed`` is true when every applied scorer
+passed.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+import sys
 import unicodedata
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from hermes_core.environments import Environment
+from hermes_core.exceptions import ModelError, ScorerError
 
-SCORERS = ("auto", "answer", "verify")
-"""Names ``--scorer`` accepts."""
+if TYPE_CHECKING:
+    from hermes_core.client import ModelClient
+    from hermes_core.environments import Environment
+    from hermes_core.usage import Usage
+
+SCORERS = ("auto", "answer", "verify", "judge")
+"""Names ``--scorer`` accepts, besides ``python:module:function``."""
+PYTHON_PREFIX = "python:"
+"""Prefix of a user's scorer function, ``python:module:function``."""
 KEEP_CHOICES = ("all", "passed", "best")
 """The merge's filters by score (``--keep``): every row; rows with ``metadata.passed`` true; per
 record (prompt_index), the row with the highest mean score, ties to the fewest ``api_calls``, then
@@ -46,15 +70,62 @@ _EDGE_SYMBOLS = frozenset("`~$^|<>=+*_ ")
 
 
 def check_scorers(names: list[str]) -> list[str]:
-    """``names`` without duplicates, in order; ``[]`` means ``["auto"]``.
+    """``names`` without duplicates, in order; ``[]`` means ``["auto"]``. A ``python:`` scorer is imported to check it.
 
     Raises:
-        ValueError: a name is not one of :data:`SCORERS` (the message lists them).
+        ValueError: a name is neither one of :data:`SCORERS` nor a loadable ``python:module:function``
+            (the message says which and why).
     """
-    unknown = [name for name in names if name not in SCORERS]
-    if unknown:
-        raise ValueError(f"unknown scorer {unknown[0]!r} (choose from {', '.join(SCORERS)})")
+    for name in names:
+        if name.startswith(PYTHON_PREFIX):
+            load_python_scorer(name)
+        elif name not in SCORERS:
+            raise ValueError(
+                f"unknown scorer {name!r} (choose from {', '.join(SCORERS)}, or python:module:function)"
+            )
     return list(dict.fromkeys(names)) or ["auto"]
+
+
+def load_python_scorer(name: str) -> Callable[[dict[str, Any], dict[str, Any]], Any]:
+    """The function a ``python:module:function`` scorer names (the current folder is searched too).
+
+    Raises:
+        ValueError: the name is malformed, the module cannot be imported, or it has no such callable.
+    """
+    module_name, _, function_name = name.removeprefix(PYTHON_PREFIX).rpartition(":")
+    if not module_name or not function_name:
+        raise ValueError(f"scorer {name!r}: write it as python:module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name.split(".")[0] or os.getcwd() in sys.path:
+            raise ValueError(f"scorer {name!r}: cannot import {module_name!r}: {exc}") from None
+        sys.path.append(os.getcwd())  # a scorer module beside the dataset, as a user expects
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as again:
+            raise ValueError(f"scorer {name!r}: cannot import {module_name!r}: {again}") from None
+    except Exception as exc:  # the user's module raised while importing
+        raise ValueError(f"scorer {name!r}: importing {module_name!r} raised {exc!r}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ValueError(f"scorer {name!r}: {module_name} has no function {function_name!r}")
+    return function
+
+
+def score_python(name: str, row: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A ``python:module:function`` scorer's result for ``row`` of ``record`` (see the module docstring)."""
+    try:
+        given = load_python_scorer(name)(row, record)
+        passed = given["passed"]
+        if not isinstance(passed, bool):
+            raise TypeError(f"'passed' must be a bool, not {type(passed).__name__}")
+        value = float(given.get("value", 1.0 if passed else 0.0))
+        explanation = given.get("explanation", "")
+        return {"value": value, "passed": passed, "explanation": str(explanation)[:VERIFY_EXPLANATION_CHARS]}
+    except Exception as exc:  # the user's function: its bug must not lose the paid trajectory
+        what = f"{type(exc).__name__}: {exc}"[:VERIFY_EXPLANATION_CHARS]
+        return {"value": 0.0, "passed": False, "explanation": f"scorer error: {what}", "errored": True}
 
 
 def check_record_fields(record: dict[str, Any]) -> str | None:
@@ -83,12 +154,14 @@ def check_record_fields(record: dict[str, Any]) -> str | None:
 
 
 def applied_scorers(requested: list[str], record: dict[str, Any]) -> list[str]:
-    """The scorers that apply to ``record``, in order: ``auto`` resolved, those lacking their field left out."""
+    """The scorers that apply to ``record``, in order: ``auto`` resolved, ``answer`` / ``verify`` left
+    out when the record lacks that field (``judge`` and ``python:`` scorers always apply)."""
     applied: list[str] = []
     for name in requested:
         if name == "auto":
             name = "verify" if record.get("verify") else "answer" if record.get("answer") else None
-        if name and record.get(name) and name not in applied:
+        needs_field = name in ("answer", "verify")
+        if name and (record.get(name) or not needs_field) and name not in applied:
             applied.append(name)
     return applied
 
@@ -163,6 +236,79 @@ def score_verify(env: Environment, command: str, timeout: float) -> dict[str, An
     return {"value": 1.0 if passed else 0.0, "passed": passed, "explanation": explanation}
 
 
+JUDGE_RUBRIC = """You grade the final answer an AI agent gave to a task.
+When a reference answer is given, PASS only if the final answer states the same result (wording,
+formatting and extra explanation do not matter; a different or missing result fails).
+When no reference answer is given, PASS only if the final answer correctly and completely does
+what the task asks."""
+"""The judge's default rubric (``--judge_rubric_file`` replaces it)."""
+JUDGE_REPLY_RULE = "Reply with PASS or FAIL on the first line, then one short sentence giving the reason."
+"""Appended to every rubric: the reply form :func:`read_verdict` reads."""
+JUDGE_MAX_TOKENS = 300
+"""The judge's token limit per reply."""
+_VERDICT = re.compile(r"^\W*(?:verdict\W*)?(PASS|FAIL)\b", re.IGNORECASE)
+
+
+def judge_messages(task: str, final_text: str | None, answer: Any, rubric: str) -> list[dict[str, str]]:
+    """The judge's Chat Completions messages: the rubric as the system turn, the case as the user turn.
+
+    ``answer`` (the record's, a string or a list of accepted strings, or None) is shown as the
+    reference; the task and the final answer are quoted as they are (reasoning blocks removed).
+    """
+    accepted = answer if isinstance(answer, list) else [answer] if answer else []
+    reference = " | ".join(str(a) for a in accepted) if accepted else "(none given)"
+    final = _THINK.sub("", final_text or "").strip() or "(no final answer)"
+    case = f"## Task\n{task}\n\n## Reference answer\n{reference}\n\n## Final answer of the agent\n{final}\n"
+    return [
+        {"role": "system", "content": f"{rubric.strip()}\n\n{JUDGE_REPLY_RULE}"},
+        {"role": "user", "content": case},
+    ]
+
+
+def read_verdict(reply: str | None) -> dict[str, Any]:
+    """The judge's result from its reply: PASS or FAIL opening the first non-empty line, the rest the reason.
+
+    A reply without a verdict fails, saying so (a judge that cannot decide does not pass a sample).
+    """
+    text = _THINK.sub("", reply or "").strip()
+    match = _VERDICT.match(text)
+    if not match:
+        return {"value": 0.0, "passed": False, "explanation": f"the judge gave no verdict: {text[:300]!r}"}
+    passed = match.group(1).upper() == "PASS"
+    reason = text[match.end() :].lstrip(" *_:.-\n").strip() or match.group(1).upper()
+    return {
+        "value": 1.0 if passed else 0.0,
+        "passed": passed,
+        "explanation": reason[:VERIFY_EXPLANATION_CHARS],
+    }
+
+
+def score_judge(
+    client: ModelClient,
+    task: str,
+    final_text: str | None,
+    answer: Any,
+    rubric: str | None = None,
+    *,
+    deadline: float | None = None,
+) -> tuple[dict[str, Any], Usage]:
+    """The ``judge`` scorer: one request to ``client`` (its limiter, retries and spend cap apply).
+
+    Returns:
+        (the result, the judge request's usage).
+
+    Raises:
+        ScorerError: the request failed after its retries (the sample is errored, not failed).
+        PromptCancelled: the run stopped or its spend cap was reached before the request.
+    """
+    messages = judge_messages(task, final_text, answer, rubric or JUDGE_RUBRIC)
+    try:
+        turn = client.complete(messages, [], deadline=deadline)
+    except ModelError as exc:
+        raise ScorerError(f"the judge's request failed: {exc}", retryable=exc.retryable) from None
+    return read_verdict(turn.message.get("content")), turn.usage
+
+
 def describe_scores(scores: dict[str, dict[str, Any]]) -> str:
     """One line of a run's ``statistics.json`` ``scores``, e.g. ``answer 1/2 passed (mean 0.5) · verify 3/3 passed (mean 1)``; empty when none."""
     return " · ".join(
@@ -178,7 +324,14 @@ __all__ = [
     "applied_scorers",
     "check_record_fields",
     "check_scorers",
+    "JUDGE_RUBRIC",
+    "PYTHON_PREFIX",
     "final_answers",
+    "judge_messages",
+    "load_python_scorer",
+    "read_verdict",
+    "score_judge",
+    "score_python",
     "normalise_answer",
     "score_answer",
     "score_verify",

@@ -22,7 +22,7 @@ from prefect.runtime import task_run
 from prefect.serializers import CompressedSerializer
 from pydantic import SecretStr
 
-from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError, UnexpectedError
+from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError, ScorerError, UnexpectedError
 from hermes_core.redaction import install_log_redaction, register_secret, scrub_exception
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
@@ -62,7 +62,7 @@ def retry_condition(*, retry_timeouts: bool = False) -> Callable[..., bool]:
 
     def is_transient(task, task_run, state) -> bool:
         exc = state.result(raise_on_failure=False)
-        if isinstance(exc, ModelError):
+        if isinstance(exc, ModelError | ScorerError):
             return exc.retryable
         if isinstance(exc, PromptTimeout):
             return retry_timeouts

@@ -507,6 +507,15 @@ def completion(
         final_answer: called for the text of a final answer (the ``answers`` option), else None.
     """
     messages = body.get("messages") or []
+    if options.judge:
+        return _reply(
+            key,
+            request_number,
+            model,
+            messages,
+            {"role": "assistant", "content": judge_reply(messages)},
+            options,
+        )
     turn = read_turn(messages)
     k = turn.turn
     offered = offered_tools(body)
@@ -583,6 +592,42 @@ def completion(
     reasoning_tokens = 0 if options.no_reasoning else max(1, len(reasoning) // 4)
     if not options.no_reasoning and options.reasoning not in ("think", "scratchpad"):
         out_chars += len(reasoning)
+    return _reply(
+        key, request_number, model, messages, message, options, finish_reason, out_chars, reasoning_tokens
+    )
+
+
+def judge_reply(messages: list[Any]) -> str:
+    """The mock judge's reply to a :func:`hermes_core.scoring.judge_messages` request (see ``MockOptions.judge``)."""
+    from hermes_core.scoring import final_answers, normalise_answer
+
+    case = message_text(messages[-1].get("content")) if messages and isinstance(messages[-1], dict) else ""
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", case, re.DOTALL | re.MULTILINE))
+    reference = sections.get("Reference answer", "").strip()
+    final = sections.get("Final answer of the agent", "").strip()
+    if not final or final == "(no final answer)":
+        return "FAIL\nThe agent gave no final answer."
+    if reference in ("", "(none given)"):
+        return "PASS\nThe agent gave a final answer and there is no reference to compare."
+    accepted = {normalise_answer(a) for a in reference.split(" | ")}
+    if any(normalise_answer(c) in accepted for c in final_answers(final)):
+        return "PASS\nThe final answer matches the reference answer."
+    return "FAIL\nThe final answer differs from the reference answer."
+
+
+def _reply(
+    key: str,
+    request_number: int,
+    model: str,
+    messages: list[Any],
+    message: dict[str, Any],
+    options: MockOptions,
+    finish_reason: str = "stop",
+    out_chars: int | None = None,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """The ``chat.completion`` body carrying ``message``, with usage counted from the characters (4 per token)."""
+    out_chars = len(message.get("content") or "") if out_chars is None else out_chars
     prompt_tokens = max(1, _message_chars(messages) // 4)
     completion_tokens = max(1, out_chars // 4)
     usage: dict[str, Any] = {

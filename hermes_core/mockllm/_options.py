@@ -62,6 +62,12 @@ class MockOptions(BaseModel):
     error_status: int = Field(
         500, ge=500, le=599, description="HTTP status of error_5xx and fail_rate answers."
     )
+    judge: bool = Field(
+        False,
+        description="Answer as an LLM judge (implied by the model id mock/judge): PASS when the request's "
+        "'## Final answer of the agent' section matches its '## Reference answer' by the answer scorer's "
+        "rule, FAIL otherwise; with no reference, PASS for any final answer.",
+    )
     echo_auth: bool = Field(
         False,
         description="Answer 401 quoting the request's Authorization header in the error message, as some "
@@ -130,15 +136,16 @@ def is_mock_model(model: str) -> bool:
 
 
 def model_id_options(model: str) -> dict[str, str]:
-    """Raw options of a mock model id's query string (``{name: value}``, a bare flag gives ``"true"``).
+    """Raw options of a mock model id's query string (``{name: value}``, a bare flag gives ``"true"``);
+    the id ``mock/judge`` sets ``judge``.
 
     Raises:
         ConfigError (a ValueError): ``model`` is not a ``mock/`` id.
     """
     if not is_mock_model(model):
         raise ConfigError(f"not a mock model id: {model!r} (must start with {MOCK_PREFIX!r})")
-    _, _, query = model.partition("?")
-    raw: dict[str, str] = {}
+    name, _, query = model.partition("?")
+    raw: dict[str, str] = {"judge": "true"} if name == f"{MOCK_PREFIX}judge" else {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         raw[key.strip()] = value.strip() if value.strip() else "true"
     return raw

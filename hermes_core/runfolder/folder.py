@@ -21,6 +21,8 @@ file (in ``data/<run_name>``)  format
                                (:mod:`hermes_core.runfolder.postprocess`)
 ``.merge-state.<f>.json``      JSON: what the merge into ``<f>`` and its statistics computed
 ``statistics.json``            JSON: the run's statistics (``compute-statistics``)
+``scores.jsonl``               JSONL: scores given to existing rows by ``hermes-batch score``, newest
+                               last (:mod:`hermes_core.runfolder.rescores`)
 ``pilot.json``                 JSON: the report of a ``--pilot`` run (:mod:`flows.pilot`)
 ``.prefect-results/``          folder: the task result cache (default location, ``--result_storage``)
 ``.view-index.parquet``        Parquet: the viewer's index of the run (:mod:`flows.viewer.index`), or in
@@ -51,6 +53,7 @@ __all__ = [
     "RESULTS_DIR",
     "RUN_FILE",
     "RunFolder",
+    "SCORES_FILE",
     "SPEND_FILE",
     "STATISTICS_FILE",
     "TRAJECTORIES_FILE",
@@ -65,6 +68,7 @@ RUN_FILE = "run.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 REJECTED_FILE = "rejected.jsonl"
 STATISTICS_FILE = "statistics.json"
+SCORES_FILE = "scores.jsonl"
 DISCARDED_FILE = "discarded.jsonl"
 FAILURES_FILE = "failures.jsonl"
 CANCELLED_FILE = "cancelled.jsonl"
@@ -133,6 +137,11 @@ class RunFolder:
     def rejected(self) -> Path:
         """``rejected.jsonl``: the rows the merge's ``--keep`` filter left out, with their scores."""
         return self.path / REJECTED_FILE
+
+    @property
+    def scores(self) -> Path:
+        """``scores.jsonl``: scores of existing rows given after the run (``hermes-batch score``)."""
+        return self.path / SCORES_FILE
 
     @property
     def discarded(self) -> Path:

@@ -37,6 +37,7 @@ from hermes_core.runfolder.files import (
     write_json_atomic,
 )
 from hermes_core.runfolder.folder import TRAJECTORIES_FILE, RunFolder, merge_state_name
+from hermes_core.runfolder.rescores import apply_rescore, read_rescores
 from hermes_core.scoring import KEEP_CHOICES, SCORERS
 
 __all__ = ["MergeResult", "batch_files", "compute_statistics", "merge_trajectories", "write_json_atomic"]
@@ -84,7 +85,7 @@ class _Entry(NamedTuple):
     file_no: int  # position of the batch file in batch-number order
     offset: int  # byte offset of the line in the batch file
     length: int  # bytes of the line without its line end
-    rewrite: bool  # prompt_index must be rewritten
+    rewrite: bool  # prompt_index must be rewritten, or scores.jsonl gives it newer scores
     passed: bool  # metadata.passed is true
     score: float  # mean of the row's metadata.score values (0.0 when not scored)
     api_calls: int  # the row's api_calls (fewer wins a tie of --keep best)
@@ -139,8 +140,10 @@ def merge_trajectories(
 
     The first occurrence of a prompt_id (``metadata.prompt_id``) wins, in batch-number then line
     order; rows without a prompt_id are deduplicated by their prompt_index. Rows are copied
-    byte-for-byte (line end normalised to ``\\n``) unless their prompt_index changes, in which case
-    they are re-serialised with ``json.dumps(row, ensure_ascii=False)`` (key order kept). The output
+    byte-for-byte (line end normalised to ``\\n``) unless their prompt_index changes or
+    ``scores.jsonl`` gives them newer scores (:mod:`hermes_core.runfolder.rescores`, laid over
+    before the ``keep`` filter), in which case they are re-serialised with
+    ``json.dumps(row, ensure_ascii=False)`` (key order kept). The output
     is written to a temp file, fsynced and renamed (atomic). Memory: one row at a time plus ~100
     bytes per kept row.
 
@@ -166,7 +169,9 @@ def merge_trajectories(
     out_path = run_dir / out_name
     if keep not in KEEP_CHOICES:
         raise ValueError(f"keep must be one of {', '.join(KEEP_CHOICES)} (got {keep!r})")
-    inputs = {**_merge_inputs(files, index_of, tools), "keep": keep}
+    scores_path = RunFolder(run_dir).scores
+    inputs = {**_merge_inputs(files, index_of, tools), "keep": keep, "scores": _signature(scores_path)}
+    rescores = read_rescores(run_dir) if scores_path.exists() else {}
     rejected_path = RunFolder(run_dir).rejected
     state = _read_state(out_path)
     outputs = [_signature(out_path), _signature(rejected_path)]
@@ -209,6 +214,7 @@ def merge_trajectories(
                 hallucinated += 1
                 continue
             rewrite = type(own_index) is not int or own_index != index
+            rewrite = apply_rescore(row, rescores) or rewrite
             passed, score = _score_of(metadata)
             api_calls = row.get("api_calls") if type(row.get("api_calls")) is int else 0
             sample = metadata.get("sample_index") if isinstance(metadata, dict) else None
@@ -226,6 +232,7 @@ def merge_trajectories(
             raw = pool.read(entry.file_no, entry.offset, entry.length)
             if entry.rewrite:
                 row = json.loads(raw)
+                apply_rescore(row, rescores)
                 row = {"prompt_index": entry.index, **row} if "prompt_index" not in row else row
                 row["prompt_index"] = entry.index
                 raw = json.dumps(row, ensure_ascii=False).encode("utf-8")
@@ -303,6 +310,7 @@ def compute_statistics(
     valid_tools: Collection[str],
     flow_run_id: str | None = None,
     samples_per_prompt: int = 1,
+    scorers: Collection[str] = (),
 ) -> dict[str, Any]:
     """Statistics of the whole run, from the merged file and the discard tombstones.
 
@@ -338,19 +346,23 @@ def compute_statistics(
         says what the merge left out besides hallucinated rows (``duplicates_dropped``, ``orphaned``:
         rows of records no longer in the dataset, ``torn_lines``).
 
+    ``scorers`` names scorers besides the built-in ones (``python:module:function``) whose
+    results the rows may hold; only named scorers count in ``scores``.
+
     Raises:
         OSError: a file cannot be read.
         polars.exceptions.PolarsError: the merged file is not valid NDJSON.
     """
     run_dir = Path(run_dir)
     tools = sorted(set(valid_tools))
-    sums = _cached_row_sums(Path(merge.path), tools)
+    scored_by = [*SCORED_BY, *sorted(set(scorers) - set(SCORED_BY))]
+    sums = _cached_row_sums(Path(merge.path), tools, scored_by)
     scored_files = [Path(merge.path)]
     if merge.rejected:  # rejected samples were run and paid for: their usage, tools and scores count
-        rejected = _row_sums(RunFolder(run_dir).rejected, tools)
+        rejected = _row_sums(RunFolder(run_dir).rejected, tools, scored_by)
         sums = {key: value + (rejected[key] if key != "rows" else 0) for key, value in sums.items()}
         scored_files.append(RunFolder(run_dir).rejected)
-    scored = any(sums[f"score\0{scorer}\0scored"] for scorer in SCORED_BY)
+    scored = any(sums[f"score\0{scorer}\0scored"] for scorer in scored_by)
     # a second pass over the rows, per record, only for a run with scores
     pass_at_k, pass_hat_k = _pass_at_k(_pass_counts(scored_files) if scored else {}, samples_per_prompt)
     tomb = _tombstone_sums(RunFolder(run_dir).discarded, index_of)
@@ -397,7 +409,7 @@ def compute_statistics(
             "total": prompt_tokens + completion_tokens,
         },
         "cost_usd": round(sums["cost"] + tomb["cost"], 8) if cost_reports else None,
-        "scores": _scores(sums),
+        "scores": _scores(sums, scored_by),
         "kept_by_filter": {"keep": merge.keep, "kept": sums["rows"], "rejected": merge.rejected},
         "pass_at_k": pass_at_k,
         "pass_hat_k": pass_hat_k,
@@ -442,14 +454,22 @@ def _pass_at_k(counts: Mapping[int, list[int]], samples: int) -> tuple[dict[str,
     return pass_at_k, pass_hat_k
 
 
-def _scores(sums: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{scorer: {scored, passed, failed, mean}}`` of the scorers that scored at least one row."""
+def _scores(sums: Mapping[str, Any], scored_by: list[str]) -> dict[str, dict[str, Any]]:
+    """``{scorer: {scored, passed, failed, errored, mean}}`` of the scorers of ``scored_by`` that scored
+    at least one row (``errored``: the scorer itself failed on the row, e.g. a ``python:`` function raised)."""
     scores = {}
-    for scorer in SCORED_BY:
+    for scorer in scored_by:
         scored, passed = sums[f"score\0{scorer}\0scored"], sums[f"score\0{scorer}\0passed"]
+        errored = sums.get(f"score\0{scorer}\0errored", 0)
         if scored:
             mean = round(sums[f"score\0{scorer}\0value"] / scored, 4)
-            scores[scorer] = {"scored": scored, "passed": passed, "failed": scored - passed, "mean": mean}
+            scores[scorer] = {
+                "scored": scored,
+                "passed": passed,
+                "failed": scored - passed - errored,
+                "errored": errored,
+                "mean": mean,
+            }
     return scores
 
 
@@ -471,12 +491,12 @@ _REASONING = pl.Struct({"assistant_turns": pl.Int64, "turns_with_reasoning": pl.
 _USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens")
 SCORED_BY = tuple(name for name in SCORERS if name != "auto")
 """The scorers whose results a row can hold (``metadata.score.<name>``)."""
-_SCORES = pl.Struct(dict.fromkeys(SCORED_BY, pl.Struct({"value": pl.Float64, "passed": pl.Boolean})))
-_ROW_SUMS_VERSION = 2
-"""Version of :func:`_row_sums`' keys in a merge state (2: the scores' sums)."""
+_SCORE = pl.Struct({"value": pl.Float64, "passed": pl.Boolean, "errored": pl.Boolean})
+_ROW_SUMS_VERSION = 3
+"""Version of :func:`_row_sums`' keys in a merge state (2: the scores' sums; 3: named scorers)."""
 
 
-def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
+def _row_sums(path: Path, tools: list[str], scorers: Collection[str] = SCORED_BY) -> dict[str, Any]:
     """Sum the per-row counters of the merged file, decoding only the needed fields with polars.
 
     The file is read in chunks of whole lines (~``_CHUNK_BYTES``; one longer line is one chunk)
@@ -487,7 +507,9 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     Missing or null values count as 0.
     """
     schema: dict[str, pl.DataType] = {
-        "metadata": pl.Struct({"usage": _USAGE, "reasoning": _REASONING, "score": _SCORES}),
+        "metadata": pl.Struct(
+            {"usage": _USAGE, "reasoning": _REASONING, "score": pl.Struct(dict.fromkeys(scorers, _SCORE))}
+        ),
     }
     if tools:
         schema["tool_stats"] = pl.Struct(dict.fromkeys(tools, _COUNTS))
@@ -504,12 +526,13 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
         reasoning.struct.field("assistant_turns").sum().alias("assistant_turns"),
         reasoning.struct.field("turns_with_reasoning").sum().alias("turns_with_reasoning"),
     ]
-    for scorer in SCORED_BY:
+    for scorer in scorers:
         score = pl.col("metadata").struct.field("score").struct.field(scorer)
         exprs += [
             score.struct.field("passed").count().alias(f"score\0{scorer}\0scored"),
             score.struct.field("passed").sum().alias(f"score\0{scorer}\0passed"),
             score.struct.field("value").sum().alias(f"score\0{scorer}\0value"),
+            score.struct.field("errored").sum().alias(f"score\0{scorer}\0errored"),
         ]
     totals: dict[str, Any] = {str(e.meta.output_name()): 0 for e in exprs}
     totals["cost"] = 0.0
@@ -520,7 +543,7 @@ def _row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
     return totals
 
 
-def _cached_row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
+def _cached_row_sums(path: Path, tools: list[str], scorers: list[str]) -> dict[str, Any]:
     """:func:`_row_sums` of ``path``, remembered in its merge state while the file is unchanged."""
     state = _read_state(path)
     cached = state.get("row_sums")
@@ -528,12 +551,19 @@ def _cached_row_sums(path: Path, tools: list[str]) -> dict[str, Any]:
         cached
         and cached.get("file") == _signature(path)
         and cached.get("tools") == tools
+        and cached.get("scorers") == scorers
         and cached.get("version") == _ROW_SUMS_VERSION
     ):
         return cached["sums"]
-    sums = _row_sums(path, tools)
+    sums = _row_sums(path, tools, scorers)
     if state:  # only a merged file with a state (made by merge_trajectories) gets its sums remembered
-        remembered = {"file": _signature(path), "tools": tools, "version": _ROW_SUMS_VERSION, "sums": sums}
+        remembered = {
+            "file": _signature(path),
+            "tools": tools,
+            "scorers": scorers,
+            "version": _ROW_SUMS_VERSION,
+            "sums": sums,
+        }
         _write_state(path, {**state, "row_sums": remembered})
     return sums
 

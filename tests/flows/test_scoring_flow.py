@@ -57,8 +57,8 @@ def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, s
     ]  # fmt: skip
     stats = json.loads((run / "statistics.json").read_text())
     assert stats["scores"] == {
-        "answer": {"scored": 3, "passed": 2, "failed": 1, "mean": 0.6667},
-        "verify": {"scored": 3, "passed": 2, "failed": 1, "mean": 0.6667},
+        "answer": {"scored": 3, "passed": 2, "failed": 1, "errored": 0, "mean": 0.6667},
+        "verify": {"scored": 3, "passed": 2, "failed": 1, "errored": 0, "mean": 0.6667},
     }
     assert "Scores: answer 2/3 passed (mean 0.6667) · verify 2/3 passed (mean 0.6667)" in proc.stdout
     requests = server.stats()["requests"]

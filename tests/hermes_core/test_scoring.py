@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hermes_core.dataset import DatasetError, read_dataset
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.scoring import (
+    JUDGE_REPLY_RULE,
+    JUDGE_RUBRIC,
     VERIFY_EXPLANATION_CHARS,
     applied_scorers,
     check_record_fields,
     check_scorers,
     describe_scores,
     final_answers,
+    judge_messages,
     normalise_answer,
+    read_verdict,
     score_answer,
+    score_python,
     score_verify,
 )
 
@@ -77,11 +84,83 @@ def test_auto_is_verify_else_answer_and_a_scorer_needs_its_field():
     assert applied_scorers(["verify"], {"answer": "x"}) == []
 
 
-def test_check_scorers():
+def test_check_scorers(tmp_path, monkeypatch):
     assert check_scorers([]) == ["auto"]
-    assert check_scorers(["answer", "verify", "answer"]) == ["answer", "verify"]
-    with pytest.raises(ValueError, match=r"unknown scorer 'judge' \(choose from auto, answer, verify\)"):
-        check_scorers(["answer", "judge"])
+    assert check_scorers(["answer", "verify", "answer", "judge"]) == ["answer", "verify", "judge"]
+    with pytest.raises(ValueError, match=r"unknown scorer 'jury' \(choose from auto, answer, verify, judge"):
+        check_scorers(["answer", "jury"])
+    # a python: scorer is imported when named, from the current folder too
+    (tmp_path / "my_scorers_mod.py").write_text("def exact(row, record):\n    return {'passed': True}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert check_scorers(["python:my_scorers_mod:exact"]) == ["python:my_scorers_mod:exact"]
+    with pytest.raises(ValueError, match=r"my_scorers_mod has no function 'missing'"):
+        check_scorers(["python:my_scorers_mod:missing"])
+    with pytest.raises(ValueError, match=r"cannot import 'no_such_scorer_mod'"):
+        check_scorers(["python:no_such_scorer_mod:f"])
+    with pytest.raises(ValueError, match=r"write it as python:module:function"):
+        check_scorers(["python:justone"])
+
+
+def test_judge_and_python_scorers_apply_to_every_record():
+    assert applied_scorers(["judge", "python:m:f", "answer"], {}) == ["judge", "python:m:f"]
+    assert applied_scorers(["auto", "judge"], {"answer": "4"}) == ["answer", "judge"]
+
+
+def test_a_python_scorer_gets_the_row_and_the_record(tmp_path, monkeypatch):
+    (tmp_path / "scorer_rows_mod.py").write_text(
+        "def length(row, record):\n"
+        "    n = len(row['conversations'])\n"
+        "    return {'value': n / 10, 'passed': record['answer'] == 'x', 'explanation': f'{n} turns'}\n"
+        "def broken(row, record):\n"
+        "    raise KeyError('oops')\n"
+        "def vague(row, record):\n"
+        "    return {'passed': 'yes'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    row = {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
+    assert score_python("python:scorer_rows_mod:length", row, {"prompt": "q", "answer": "x"}) == {
+        "value": 0.2,
+        "passed": True,
+        "explanation": "2 turns",
+    }
+    # a function that raises or answers badly: not passed, errored, the paid row kept
+    assert score_python("python:scorer_rows_mod:broken", row, {}) == {
+        "value": 0.0,
+        "passed": False,
+        "explanation": "scorer error: KeyError: 'oops'",
+        "errored": True,
+    }
+    vague = score_python("python:scorer_rows_mod:vague", row, {})
+    assert vague["errored"] is True and "'passed' must be a bool, not str" in vague["explanation"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "passed", "explanation"),
+    [
+        ("PASS\nThe answer is right.", True, "The answer is right."),
+        ("fail: wrong city", False, "wrong city"),
+        ("**Verdict: PASS** - matches", True, "matches"),
+        ("<think>hmm FAIL?</think>PASS", True, "PASS"),
+        ("I think it passes", False, "the judge gave no verdict: 'I think it passes'"),
+        (None, False, "the judge gave no verdict: ''"),
+    ],
+)
+def test_read_verdict(reply, passed, explanation):
+    assert read_verdict(reply) == {"value": float(passed), "passed": passed, "explanation": explanation}
+
+
+def test_the_judge_sees_the_rubric_the_task_the_reference_and_the_final_answer():
+    system, user = judge_messages(
+        "Capital of France?", "<think>easy</think>Paris", ["Paris", "paris"], "Be fair."
+    )
+    assert system == {"role": "system", "content": f"Be fair.\n\n{JUDGE_REPLY_RULE}"}
+    assert user["content"] == (
+        "## Task\nCapital of France?\n\n## Reference answer\nParis | paris\n\n"
+        "## Final answer of the agent\nParis\n"
+    )
+    assert "(none given)" in judge_messages("t", "", None, JUDGE_RUBRIC)[1]["content"]
+    assert "(no final answer)" in judge_messages("t", None, None, JUDGE_RUBRIC)[1]["content"]
 
 
 @pytest.mark.parametrize(

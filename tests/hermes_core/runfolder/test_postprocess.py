@@ -470,7 +470,7 @@ def test_keep_passed_and_best_send_the_others_to_rejected_and_statistics_count_b
     assert stats["completed"] == 2
     assert stats["kept_by_filter"] == {"keep": "passed", "kept": 2, "rejected": 4}
     assert stats["tokens"]["prompt"] == 60  # the rejected samples were paid for: 6 rows x 10
-    assert stats["scores"] == {"answer": {"scored": 4, "passed": 2, "failed": 2, "mean": 0.5}}
+    assert stats["scores"] == {"answer": {"scored": 4, "passed": 2, "failed": 2, "errored": 0, "mean": 0.5}}
 
     best = merge_trajectories(run, index_of=index_of, valid_tools=TOOLS, keep="best")
     assert pids(run / "trajectories.jsonl") == ["a2", "b1", "c0"]
