@@ -1,5 +1,6 @@
 """The viewer in a real browser (Playwright on Debian's Chromium): the list, a click into a trajectory,
-hostile tool output shown as text that runs nothing, filters and search. Screenshots go to
+hostile tool output shown as text that runs nothing, filters and search, the score column and its
+filter with the verify output on a trajectory page. Screenshots go to
 ``test-artifacts/``."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import pytest
 from flows.viewer.app import create_app
 from hermes_core.settings import HermesSettings
 from hermes_core.tools.browser_session import CHROMIUM_ARGS, find_chromium
+from tests.flows.viewer.scored_run import build_scored_run
 from tests.live_app import serve
 from tests.run_folders import XSS, build_run
 
@@ -101,4 +103,64 @@ def test_filters_and_search_in_the_form(page, base):
     assert rows(page) == ["3"]
     page.get_by_role("link", name="reset").click()
     assert len(rows(page)) == 9
+    assert page.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def scored_base(tmp_path_factory):
+    run_dir = build_scored_run(tmp_path_factory.mktemp("browser-scored"))
+    with serve(create_app(run_dir)) as url:
+        yield url
+
+
+def scored_rows(page) -> list[tuple[str, str, str]]:
+    """(prompt index, sample, score column) of every listed row, as the browser renders them."""
+    cells = page.locator("table.prompts tbody tr")
+    return [
+        (
+            row.locator("td.idx").inner_text(),
+            row.locator("td.sample").inner_text(),
+            row.locator("td.score").inner_text(),
+        )
+        for row in cells.all()
+    ]
+
+
+def test_the_score_column_and_its_filter(page, scored_base):
+    page.goto(scored_base + "/")
+    assert scored_rows(page) == [
+        ("0", "0", "pass 1.00"), ("0", "1", "fail 0.00"), ("1", "0", "pass 1.00"), ("1", "1", "pass 1.00"),
+        ("2", "0", "fail 0.00"), ("2", "1", "pass 1.00"), ("3", "0", "errored"), ("3", "1", "fail 0.00"),
+        ("4", "0", ""), ("4", "1", ""),
+    ]  # fmt: skip
+    assert page.locator("table.prompts thead th").all_inner_texts()[4] == "score"
+    assert page.locator("#pass-at-k").inner_text().splitlines()[:2] == ["pass@1\t0.5000", "pass@2\t1.0000"]
+    page.screenshot(path=str(ARTIFACTS / "viewer-scores.png"), full_page=True)
+
+    page.select_option("select[name=score]", "failed")
+    page.get_by_role("button", name="apply").click()
+    page.wait_for_url("**/?*score=failed*")
+    assert [(i, s) for i, s, _ in scored_rows(page)] == [("0", "1"), ("2", "0"), ("3", "1")]
+    assert page.locator("#match-count").inner_text().startswith("3 prompts match")
+    assert page.locator("select[name=score]").input_value() == "failed"  # the form keeps the filter
+
+    page.get_by_role("link", name="Make the tests pass").click()  # record 2, sample 0: its verify failed
+    page.wait_for_url("**/prompt/2?score=failed")
+    output = page.locator("section.scores td.explanation pre")
+    assert (
+        output.inner_text()
+        == "exit 1: FAILED test_app.py::test_title - <b>assert</b> 'Hello' == \"Hi\"\n1 failed in 0.02s"
+    )
+    assert page.locator("section.scores b").count() == 0  # the markup stayed text
+    page.get_by_role("link", name="prompt 3 sample 1 →").click()  # next in the filtered list
+    page.wait_for_url("**/prompt/3?score=failed&sample=1")
+    assert page.locator("h1").inner_text().startswith("Prompt 3 · sample 1")
+
+    page.goto(scored_base + "/")
+    page.locator("a.card.score-errored").click()
+    page.wait_for_url("**/?score=errored")
+    assert scored_rows(page) == [("3", "0", "errored")]
+    page.select_option("select[name=score]", "passed")
+    page.get_by_role("button", name="apply").click()
+    assert [(i, s) for i, s, _ in scored_rows(page)] == [("0", "0"), ("1", "0"), ("1", "1"), ("2", "1")]
     assert page.dialogs == []
