@@ -342,9 +342,14 @@ def scored(scored_dir):
 def test_the_list_has_a_score_column_and_the_run_page_pass_at_k(scored):
     text = get(scored, "/").text
     assert scored_listed(text) == SCORED_LIST
-    for outcome, n in [("passed", 4), ("failed", 3), ("errored", 1)]:
+    cards = [
+        ("passed", 4, "passed (score)"),
+        ("failed", 3, "failed (score)"),
+        ("errored", 1, "errored (infrastructure)"),
+    ]
+    for outcome, n, label in cards:
         assert (
-            f'<a class="card score-{outcome}" href="/?score={outcome}"><span class="n">{n}</span> {outcome}</a>'
+            f'<a class="card score-{outcome}" href="/?score={outcome}"><span class="n">{n}</span> {label}</a>'
             in text
         )
     # statistics.json: pass@1 = (1/2 + 1 + 1/2 + 0) / 4, pass@2 over records 0-2, pass^2 = 1/3
