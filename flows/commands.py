@@ -2,7 +2,7 @@
 
 ``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]
 [--allow_host NAME]`` serves the read-only viewer (any other ``Host`` header: 400);
-``hermes-batch export data/<run> --out DIR [--format sharegpt|messages] [--include kept|all]
+``hermes-batch export data/<run> --out DIR [--format sharegpt|messages] [--include kept|all|passed]
 [--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging Face dataset folder
 (``--overwrite`` replaces only an earlier export, by its manifest);
 ``hermes-batch score data/<run> [--scorer answer,judge,python:m:f] [--dataset FILE]
@@ -78,9 +78,10 @@ def build_export_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--include",
-        choices=("kept", "all"),
+        choices=("kept", "all", "passed"),
         default="kept",
-        help="kept: the rows of trajectories.jsonl (default); all: also the rows filtered for a hallucinated tool",
+        help="kept: the rows of trajectories.jsonl (default); all: also the rows filtered for a hallucinated tool; "
+        "passed: only the rows whose metadata.passed is true (after re-scores)",
     )
     p.add_argument("--license", help="license id for the dataset card (default: other)")
     p.add_argument(

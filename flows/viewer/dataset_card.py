@@ -3,7 +3,9 @@
 The front matter has ``license``, ``tags``, ``size_categories``, ``configs`` (one ``default``
 config whose ``train`` split is the Parquet shards) and ``dataset_info`` (the features and
 the row count), so ``datasets.load_dataset(DIR)`` reads the shards with the declared types.
-The body describes the run from run.json and statistics.json (:class:`hermes_core.runfolder.summary.RunSummary`).
+The body describes the run from run.json and statistics.json (:class:`hermes_core.runfolder.summary.RunSummary`);
+a scored run gets a ``Scores`` section (:func:`scores_section`: pass@k, pass^k, each scorer's pass
+rate and mean, the ``--keep`` filter, and where the scores are in a row).
 The whole card passes the secret redaction.
 """
 
@@ -16,7 +18,7 @@ import yaml
 from hermes_core.redaction import redactor
 from hermes_core.runfolder.summary import RunSummary
 
-__all__ = ["render_card", "size_category"]
+__all__ = ["render_card", "scores_section", "size_category"]
 
 _SIZE_BUCKETS = [
     (1_000, "n<1K"),
@@ -66,7 +68,64 @@ INCLUDE_TEXT = {
         "Samples discarded for having no reasoning are not included: the run keeps no row for them, only a "
         "tombstone."
     ),
+    "passed": (
+        "the rows of `trajectories.jsonl` whose `metadata.passed` is true (every scorer that applied "
+        "passed; re-scores of `hermes-batch score` count), in prompt order. Rows no scorer scored are not "
+        "included."
+    ),
 }
+
+
+def _rate(part: Any, whole: Any) -> str:
+    return f"{100 * part / whole:.2f}%" if isinstance(part, int) and isinstance(whole, int) and whole else "—"
+
+
+def scores_section(stats: dict[str, Any], fmt: str) -> list[str]:
+    """The card's ``## Scores`` lines from statistics.json (``[]`` when the run has no scores)."""
+    scores = stats.get("scores") or {}
+    if not scores:
+        return []
+    where = "`metadata.score`, `metadata.passed`" if fmt == "sharegpt" else "`score`, `passed`"
+    sample = "`metadata.sample_index`" if fmt == "sharegpt" else "`sample_index`"
+    pass_at_k = stats.get("pass_at_k") or {}
+    lines = [
+        "## Scores",
+        "",
+        f"Each scored row has {where}: `score` holds one struct per scorer, "
+        "`{value (float), passed (bool), explanation (text: the match, or the verify command's exit status "
+        "and output)}`, null for a scorer that did not score the row; `passed` is true when every scorer "
+        f"that applied passed. With several samples per prompt, {sample} numbers a record's samples. "
+        "The figures below are of the whole run (statistics.json), not only of the rows exported.",
+        "",
+    ]
+    if pass_at_k:
+        figures = [f"pass@{k} = {_cell(p)}" for k, p in pass_at_k.items()]
+        if stats.get("pass_hat_k") is not None:
+            figures.append(f"pass^{max(int(k) for k in pass_at_k)} = {_cell(stats['pass_hat_k'])}")
+        lines += [
+            " · ".join(figures)
+            + " (unbiased estimator of Chen et al. 2021, averaged over records; pass^k: the "
+            "share of records whose samples all passed).",
+            "",
+        ]
+    lines += [
+        "| scorer | scored | passed | failed | pass rate | mean |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {_cell(name)} | {_cell(s.get('scored'))} | {_cell(s.get('passed'))} | {_cell(s.get('failed'))} | "
+            f"{_rate(s.get('passed'), s.get('scored'))} | {_cell(s.get('mean'))} |"
+            for name, s in scores.items()
+        ],
+        "",
+    ]
+    kept = stats.get("kept_by_filter") or {}
+    if kept.get("keep") not in (None, "all"):
+        lines += [
+            f"Rejection sampling `--keep {kept['keep']}`: {_cell(kept.get('kept'))} rows kept, "
+            f"{_cell(kept.get('rejected'))} rejected (not in this dataset).",
+            "",
+        ]
+    return lines
 
 
 def render_card(
@@ -85,7 +144,7 @@ def render_card(
     Args:
         summary: the run's description.
         fmt: ``sharegpt`` or ``messages``.
-        include: ``kept`` or ``all``.
+        include: ``kept``, ``all`` or ``passed``.
         rows: rows in the export.
         filtered_included: rows of hallucinated-tool samples in the export (``all`` only).
         features: ``dataset_info.features`` (:func:`flows.viewer.hf_schema.features_yaml`).
@@ -170,6 +229,7 @@ def render_card(
             for t in summary.tool_usage()
         ],
         "",
+        *scores_section(stats, fmt),
         "## Tokens and cost",
         "",
         f"{_cell(tokens.get('prompt'))} prompt, {_cell(tokens.get('completion'))} completion "

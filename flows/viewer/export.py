@@ -3,7 +3,9 @@
 ``export_run(run_dir, out_dir)`` streams the rows twice with bounded memory:
 
 1. every row (``trajectories.jsonl``; with ``include="all"`` also the hallucinated-tool rows of
-   the batch files, found through :class:`flows.viewer.index.RunIndex`) is redacted
+   the batch files, found through :class:`flows.viewer.index.RunIndex`; with ``include="passed"``
+   only the rows whose ``metadata.passed`` is true) gets the newest re-scores of ``scores.jsonl``
+   (:func:`hermes_core.runfolder.rescores.apply_rescore`, as the merge lays them), is redacted
    (:func:`hermes_core.redaction.redactor`), converted (``messages`` format:
    :func:`hermes_core.sharegpt_parse.to_chat_messages`) and appended to a temp NDJSON file
    while the schema is inferred chunk by chunk (:mod:`flows.viewer.hf_schema`);
@@ -30,7 +32,11 @@ Every refusal is an :class:`ExportError` raised before anything is written or de
 The card (:mod:`flows.viewer.dataset_card`) declares the features, so ``datasets.load_dataset(out_dir)``
 gives the same columns and types as ``load_dataset("json", data_files=trajectories.jsonl)``
 (``metadata.timestamp`` is stored as text and declared ``timestamp[s]``, as the JSON loader
-reads it; empty objects are stored as JSON text and declared ``json``).
+reads it; empty objects are stored as JSON text and declared ``json``). Scores keep fixed types
+(:func:`flows.viewer.hf_schema.type_scores`: ``metadata.score`` a struct of one struct
+``{value: float64, passed: bool, explanation: string}`` per scorer, ``metadata.passed`` bool,
+``metadata.sample_index`` int64; top-level ``score``, ``passed``, ``sample_index`` in the
+``messages`` format).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from typing import Any
 import polars as pl
 
 from flows.viewer.dataset_card import render_card
-from flows.viewer.hf_schema import features_yaml, finalise, force_json, merge_dtypes
+from flows.viewer.hf_schema import features_yaml, finalise, force_json, merge_dtypes, type_scores
 from flows.viewer.index import RunIndex
 from hermes_core.environments.workdir import home_folders
 from hermes_core.redaction import redactor
@@ -59,6 +65,7 @@ from hermes_core.runfolder.files import (
     write_json_atomic,
 )
 from hermes_core.runfolder.folder import CHECKPOINT_FILE, LEDGER_INDEX_FILE, RUN_FILE, RunFolder
+from hermes_core.runfolder.rescores import apply_rescore, read_rescores
 from hermes_core.runfolder.summary import RunSummary, read_summary
 from hermes_core.sharegpt_parse import TurnFormatError, to_chat_messages
 
@@ -74,7 +81,7 @@ __all__ = [
 ]
 
 FORMATS = ("sharegpt", "messages")
-INCLUDES = ("kept", "all")
+INCLUDES = ("kept", "all", "passed")
 SHARD_BYTES = 64 << 20  # JSON bytes per Parquet shard (~10-20 MB of Parquet)
 _INFER_BYTES = 4 << 20  # JSON bytes per schema-inference chunk
 _TMP = ".export-rows.jsonl"
@@ -116,14 +123,15 @@ class ExportResult:
 
 def messages_row(row: dict[str, Any]) -> dict[str, Any]:
     """A ShareGPT row as a chat-messages row: ``prompt_index, prompt_id, model, completed, partial,
-    messages, tools`` (see :func:`hermes_core.sharegpt_parse.to_chat_messages`).
+    messages, tools`` (see :func:`hermes_core.sharegpt_parse.to_chat_messages`), then ``sample_index``,
+    ``score`` and ``passed`` when the row's metadata has them.
 
     Raises:
         hermes_core.sharegpt_parse.TurnFormatError: a turn is not in the converter's form.
     """
     messages, tools = to_chat_messages(row.get("conversations") or [])
     metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
-    return {
+    out = {
         "prompt_index": row.get("prompt_index"),
         "prompt_id": metadata.get("prompt_id"),
         "model": metadata.get("model"),
@@ -132,6 +140,8 @@ def messages_row(row: dict[str, Any]) -> dict[str, Any]:
         "messages": messages,
         "tools": tools,
     }
+    out.update({key: metadata[key] for key in ("sample_index", "score", "passed") if key in metadata})
+    return out
 
 
 def _kept_rows(path: Path) -> Iterator[tuple[int, bool, str, dict[str, Any]]]:
@@ -411,7 +421,9 @@ def export_run(
             docstring).
         valid_tools: the registry's tool names (for ``include="all"``).
         fmt: ``sharegpt`` (rows as in trajectories.jsonl) or ``messages`` (:func:`messages_row`).
-        include: ``kept`` (trajectories.jsonl) or ``all`` (also the hallucinated-tool rows).
+        include: ``kept`` (trajectories.jsonl), ``all`` (also the hallucinated-tool rows) or
+            ``passed`` (the rows of trajectories.jsonl whose ``metadata.passed`` is true, after the
+            re-scores of ``scores.jsonl``).
         license: the card's license id (None: ``other``).
         overwrite: replace an earlier export in ``out_dir``: deletes the files its manifest lists,
             and only when nothing else is in the folder.
@@ -469,6 +481,7 @@ def _write(
     sources = [_kept_rows(merged)]
     if include == "all":
         sources.append(_filtered_rows(run_dir, valid_tools))
+    rescores = read_rescores(run_dir) if RunFolder(run_dir).scores.exists() else {}
     scrub = redactor().redact_obj
     schema: dict[str, pl.DataType] = {}
     rows = filtered = 0
@@ -486,6 +499,9 @@ def _write(
     manifest.add(_TMP)
     with open(tmp, "wb") as fh:
         for _, was_filtered, origin, row in heapq.merge(*sources, key=lambda item: item[0]):
+            apply_rescore(row, rescores)
+            if include == "passed" and (row.get("metadata") or {}).get("passed") is not True:
+                continue
             filtered += was_filtered
             row = scrub(row)
             if fmt == "messages":
@@ -507,13 +523,17 @@ def _write(
         if chunk:
             infer()
     if rows == 0:
-        raise ExportError(f"{merged}: no rows to export")
+        why = "no row passed its scorers (--include passed)" if include == "passed" else "no rows to export"
+        raise ExportError(f"{merged}: {why}")
 
     overrides = {}
     if fmt == "messages":
         schema = force_json(schema, ["tools", "[]", "function", "parameters"])
-    elif timestamps_ok:
-        overrides["metadata.timestamp"] = "timestamp[s]"
+        schema = type_scores(schema, ())
+    else:
+        schema = type_scores(schema, ("metadata",))
+        if timestamps_ok:
+            overrides["metadata.timestamp"] = "timestamp[s]"
     storage = finalise(schema)
     parts = []
     for number, data in enumerate(line_chunks(tmp, shard_bytes)):

@@ -9,6 +9,23 @@ string) and declared ``dtype: json`` in the card, which ``datasets`` decodes bac
 as its own JSON loader does for such fields.
 
 :func:`features_yaml` gives the ``dataset_info.features`` list of the card.
+
+Scores (:func:`type_scores`). A scored row's ``metadata.score`` is an object keyed by scorer name,
+``{<scorer>: {"value", "passed", "explanation"}}``. It is stored as it is in the row: a **struct
+with one field per scorer of the run** (the union over the rows; a row that a scorer did not score
+has null there), each a struct ``{value: float64, passed: bool, explanation: string}`` (fields a
+scorer adds are kept with their inferred type). A row keeps its shape, and a value is read as
+``row["metadata"]["score"]["verify"]["passed"]``. (A list of ``{scorer, value, passed,
+explanation}`` structs would survive scorer names that change from row to row, but it would change
+the row's shape; a run's scorers are few and fixed by ``--scorer``.) ``value`` is always float64
+(an integer value of a user's scorer included), ``metadata.passed`` bool and
+``metadata.sample_index`` int64, whatever the rows' JSON inferred.
+
+This is where an export of a scored run differs from ``load_dataset("json", trajectories.jsonl)``:
+``datasets``' JSON loader (5.x) reads an object whose keys differ from row to row - ``metadata``
+when some rows are scored and others not, ``score`` when rows have different scorers - as one
+untyped ``Json`` feature; the export gives the same values typed, with null for a scorer that did
+not score a row.
 """
 
 from __future__ import annotations
@@ -18,7 +35,7 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["JSON", "features_yaml", "finalise", "force_json", "merge_dtypes"]
+__all__ = ["JSON", "SCORE_FIELDS", "features_yaml", "finalise", "force_json", "merge_dtypes", "type_scores"]
 
 JSON = pl.Struct({"\0json": pl.Null})
 """Marker dtype while merging: a value kept as JSON text (see the module docstring)."""
@@ -78,6 +95,50 @@ def force_json(schema: dict[str, pl.DataType], path: Sequence[str]) -> dict[str,
     out = dict(schema)
     out[path[0]] = walk(schema[path[0]], path[1:])
     return out
+
+
+SCORE_FIELDS = {"value": pl.Float64, "passed": pl.Boolean, "explanation": pl.String}
+"""The fixed type of each field of a scorer's result."""
+
+
+def _score_result(dtype: pl.DataType) -> pl.DataType:
+    """A scorer's result struct with :data:`SCORE_FIELDS` typed (added when missing), other fields kept."""
+    if not isinstance(dtype, pl.Struct):
+        return pl.Struct(SCORE_FIELDS) if dtype == pl.Null else dtype
+    fields = {f.name: f.dtype for f in dtype.fields}
+    return pl.Struct({**SCORE_FIELDS, **{k: v for k, v in fields.items() if k not in SCORE_FIELDS}})
+
+
+def type_scores(schema: dict[str, pl.DataType], parent: Sequence[str]) -> dict[str, pl.DataType]:
+    """``schema`` with the score fields under ``parent`` typed (see the module docstring).
+
+    Args:
+        schema: the merged schema.
+        parent: the path of the struct holding ``score``, ``passed`` and ``sample_index``:
+            ``("metadata",)`` for ShareGPT rows, ``()`` for the top level (``messages`` rows).
+
+    Returns:
+        A new schema; fields that are absent stay absent, a ``score`` that is not a struct (JSON
+        text) stays as it is.
+    """
+
+    def fix(fields: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
+        out = dict(fields)
+        if isinstance(out.get("score"), pl.Struct) and out["score"] != JSON:
+            out["score"] = pl.Struct({f.name: _score_result(f.dtype) for f in out["score"].fields})
+        if "passed" in out and out["passed"] != JSON:
+            out["passed"] = pl.Boolean
+        if "sample_index" in out and out["sample_index"] != JSON:
+            out["sample_index"] = pl.Int64
+        return out
+
+    if not parent:
+        return fix(schema)
+    head = schema.get(parent[0])
+    if not isinstance(head, pl.Struct) or head == JSON:
+        return dict(schema)
+    inner = type_scores({f.name: f.dtype for f in head.fields}, parent[1:])
+    return {**schema, parent[0]: pl.Struct(inner)}
 
 
 def _storage(dtype: pl.DataType) -> pl.DataType:

@@ -1,5 +1,6 @@
 """``hermes-batch export``: Parquet shards + dataset card loaded back with ``datasets`` (offline),
-the chat-messages format, ``--include all``, secret redaction, errors, ``--push_to_hub``
+the chat-messages format, ``--include all``, scores (typed columns, ``--include passed``, pass@k in
+the card, re-scores of ``scores.jsonl``), secret redaction, errors, ``--push_to_hub``
 against a stand-in for the Hub's upload endpoints, and what ``--out`` / ``--overwrite`` may
 touch (only files an earlier export listed in its manifest; never a run or output folder)."""
 
@@ -20,6 +21,7 @@ from flows.cli import main
 from flows.viewer.export import MANIFEST, export_run
 from hermes_core import redaction
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tests.flows.viewer.scored_run import VERIFY_FAIL, build_scored_run, prompt_ids, rescore
 from tests.hub_standin import HubRecord, hub_app
 from tests.live_app import serve
 from tests.run_folders import LEAK, TERMINAL_TOOL, build_run
@@ -482,3 +484,112 @@ def test_a_failed_export_leaves_a_folder_overwrite_can_replace(run_dir, tmp_path
     assert main(["export", str(broken), "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / MANIFEST).read_text())["complete"] is True
     assert len(load(out)) == 5
+
+
+# --- scores (issue 25): typed score columns, --include passed, pass@k in the card, re-scores ---
+
+SCORE_TYPE = {"value": "float64", "passed": "bool", "explanation": "string"}
+EXPORTED_SCORES = [  # (prompt_index, sample_index, passed, {scorer: (value, passed, explanation)}), see scored_run.py
+    (0, 0, True, {"answer": (1.0, True, "matches 'Paris'")}),
+    (0, 1, False, {"answer": (0.0, False, "'London' is not one of ['Paris']")}),
+    (1, 0, True, {"answer": (1.0, True, "matches '42'")}),
+    (1, 1, True, {"answer": (1.0, True, "matches '42'")}),
+    (2, 0, False, {"verify": (0.0, False, VERIFY_FAIL["explanation"])}),
+    (2, 1, True, {"verify": (1.0, True, "exit 0: 1 passed in 0.01s")}),
+    (3, 1, False, {"answer": (0.0, False, "'y' is not one of ['x']")}),
+    (4, 0, None, {}),
+    (4, 1, None, {}),
+]
+
+
+@pytest.fixture(scope="module")
+def scored_dir(tmp_path_factory) -> Path:
+    return build_scored_run(tmp_path_factory.mktemp("export-scored"))
+
+
+def scores_of(rows, meta=lambda r: r["metadata"]) -> list[tuple]:
+    """EXPORTED_SCORES' form of loaded rows (a scorer that did not score a row is null: left out)."""
+    return [
+        (
+            r["prompt_index"],
+            meta(r)["sample_index"],
+            meta(r)["passed"],
+            {
+                name: (s["value"], s["passed"], s["explanation"])
+                for name, s in (meta(r)["score"] or {}).items()
+                if s is not None
+            },
+        )
+        for r in rows
+    ]
+
+
+def feature(front: dict, *path: str) -> dict:
+    """The card's feature at ``path`` (names of nested struct fields)."""
+    fields = front["dataset_info"]["features"]
+    for name in path[:-1]:
+        fields = next(f for f in fields if f["name"] == name)["struct"]
+    return next(f for f in fields if f["name"] == path[-1])
+
+
+def test_a_scored_export_loads_with_typed_score_columns(scored_dir, tmp_path):
+    import datasets
+
+    out = tmp_path / "scored"
+    assert export_run(scored_dir, out, valid_tools=ALL_POSSIBLE_TOOLS).rows == 9
+    rows = load(out)
+    metadata = rows.features["metadata"]
+    result = {name: datasets.Value(dtype) for name, dtype in SCORE_TYPE.items()}
+    assert metadata["score"] == {"answer": result, "verify": result}
+    assert metadata["passed"] == datasets.Value("bool") and metadata["sample_index"] == datasets.Value(
+        "int64"
+    )
+    assert scores_of(rows) == EXPORTED_SCORES
+    # the same values as trajectories.jsonl (where datasets' JSON loader gives an untyped Json feature)
+    lines = [json.loads(line) for line in (scored_dir / "trajectories.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in (r["metadata"]["score"] or {}).items() if v is not None} for r in rows] == [
+        line["metadata"].get("score", {}) for line in lines
+    ]
+    front, body = card_front(out)
+    assert feature(front, "metadata", "score", "verify") == {
+        "name": "verify", "struct": [{"name": n, "dtype": d} for n, d in SCORE_TYPE.items()]
+    }  # fmt: skip
+    assert feature(front, "metadata", "passed") == {"name": "passed", "dtype": "bool"}
+    assert feature(front, "metadata", "sample_index") == {"name": "sample_index", "dtype": "int64"}
+    # the card: pass@k and each scorer's pass rate, from statistics.json
+    assert "pass@1 = 0.5 · pass@2 = 1.0 · pass^2 = 0.3333 (unbiased estimator" in body
+    assert "| answer | 5 | 3 | 2 | 60.00% | 0.6 |" in body and "| verify | 2 | 1 | 1 | 50.00% | 0.5 |" in body
+
+
+def test_include_passed_exports_exactly_the_passing_rows(scored_dir, tmp_path, capsys):
+    out = tmp_path / "passed"
+    assert main(["export", str(scored_dir), "--out", str(out), "--include", "passed"]) == 0
+    assert capsys.readouterr().out.startswith(f"exported 4 rows (sharegpt, passed) to {out}")
+    rows = load(out)
+    assert scores_of(rows) == [row for row in EXPORTED_SCORES if row[2] is True]
+    _, body = card_front(out)
+    assert "Included: the rows of `trajectories.jsonl` whose `metadata.passed` is true" in body
+    assert "`mock/scripted` (toolset distribution `terminal_only`). 4 rows." in body
+    # the messages format carries the scores at the top level, typed the same way
+    messages = tmp_path / "passed-messages"
+    export_run(scored_dir, messages, valid_tools=ALL_POSSIBLE_TOOLS, fmt="messages", include="passed")
+    loaded = load(messages)
+    assert list(loaded.features)[-3:] == ["sample_index", "score", "passed"]
+    assert scores_of(loaded, meta=lambda r: r) == [row for row in EXPORTED_SCORES if row[2] is True]
+    # a run that nothing passed has nothing to export
+    (tmp_path / "unscored").mkdir()
+    unscored = build_run(tmp_path / "unscored", [("kept", "no scorer here")])
+    assert main(["export", str(unscored), "--out", str(tmp_path / "none"), "--include=passed"]) == 2
+    assert "no row passed its scorers (--include passed)" in capsys.readouterr().err
+
+
+def test_a_row_re_scored_through_scores_jsonl_is_exported_with_its_newest_score(tmp_path):
+    run_dir = build_scored_run(tmp_path)
+    new = {"value": 1.0, "passed": True, "explanation": "matches 'London' (accepted now)"}
+    rescore(run_dir, prompt_ids(run_dir)[1], 0, {"answer": new})  # record 0, sample 1 (failed)
+    every = export_run(run_dir, tmp_path / "all", valid_tools=ALL_POSSIBLE_TOOLS)
+    expected = list(EXPORTED_SCORES)
+    expected[1] = (0, 1, True, {"answer": (1.0, True, "matches 'London' (accepted now)")})
+    assert every.rows == 9 and scores_of(load(tmp_path / "all")) == expected
+    export_run(run_dir, tmp_path / "passed", valid_tools=ALL_POSSIBLE_TOOLS, include="passed")
+    assert scores_of(load(tmp_path / "passed")) == [row for row in expected if row[2] is True]
