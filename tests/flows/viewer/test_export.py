@@ -19,6 +19,7 @@ import yaml
 
 from flows.cli import main
 from flows.viewer.export import MANIFEST, export_run
+from flows.viewer.index import Filters, RunIndex
 from hermes_core import redaction
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from tests.flows.viewer.scored_run import VERIFY_FAIL, build_scored_run, prompt_ids, rescore
@@ -592,4 +593,24 @@ def test_a_row_re_scored_through_scores_jsonl_is_exported_with_its_newest_score(
     expected[1] = (0, 1, True, {"answer": (1.0, True, "matches 'London' (accepted now)")})
     assert every.rows == 9 and scores_of(load(tmp_path / "all")) == expected
     export_run(run_dir, tmp_path / "passed", valid_tools=ALL_POSSIBLE_TOOLS, include="passed")
+    assert scores_of(load(tmp_path / "passed")) == [row for row in expected if row[2] is True]
+
+
+def test_hermes_batch_score_then_the_viewer_and_the_export_show_the_new_score(tmp_path, capsys):
+    """The real ``hermes-batch score`` (a corrected dataset accepts London too) writes scores.jsonl."""
+    run_dir = build_scored_run(tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "scored.jsonl").read_text().splitlines()]
+    records[0]["answer"] = ["Paris", "London"]
+    fixed = tmp_path / "fixed.jsonl"
+    fixed.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert main(["score", str(run_dir), "--scorer", "answer", "--dataset", str(fixed)]) == 0
+    capsys.readouterr()
+    expected = list(EXPORTED_SCORES)
+    expected[1] = (0, 1, True, {"answer": (1.0, True, "matches 'London'")})
+    index = RunIndex.open(run_dir, valid_tools=ALL_POSSIBLE_TOOLS)
+    assert index.select(Filters(score="passed")).select("prompt_index", "sample_index").rows() == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 1),
+    ]  # fmt: skip
+    assert index.row(index.entry(0, 1))["metadata"]["score"]["answer"]["explanation"] == "matches 'London'"
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "passed"), "--include=passed"]) == 0
     assert scores_of(load(tmp_path / "passed")) == [row for row in expected if row[2] is True]
