@@ -27,13 +27,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes_core.client import ModelClient, ModelOptions
 from hermes_core.dataset import Dataset, read_dataset
-from hermes_core.endpoints import resolve_base_url
 from hermes_core.exceptions import HermesError
-from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.redaction import register_secrets_of
 from hermes_core.runfolder.files import append_jsonl, iter_raw_lines, loads_object, repair_torn_tail
 from hermes_core.runfolder.folder import RunFolder
@@ -55,6 +52,9 @@ from hermes_core.settings import HermesSettings
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 from hermes_core.trajectory import timestamp_now
 from hermes_core.usage import Usage
+
+if TYPE_CHECKING:
+    from hermes_core.client import ModelClient
 
 
 class RescoreError(ValueError):
@@ -153,7 +153,11 @@ def _rescore(
     dataset = read_dataset(dataset_path) if dataset_path else None
     defining = run.get("defining", {})
     judge = None
-    if "judge" in scorers:
+    if "judge" in scorers:  # the model API client only then (openai's import is ~1 s)
+        from hermes_core.client import ModelClient, ModelOptions
+        from hermes_core.endpoints import resolve_base_url
+        from hermes_core.limiter import ConcurrencyLimiter
+
         model = judge_model or defining.get("model") or "mock/judge"
         judge = ModelClient(
             ModelOptions(model=model, max_tokens=JUDGE_MAX_TOKENS, temperature=0.0),
