@@ -314,6 +314,14 @@ class RunLedger:
         self._resolve(prompt_id, "failed")
         return line
 
+    def record_skipped(self, prompt_id: str) -> None:
+        """Count a planned sample that will not start (``--stop_when_passed``: its record passed).
+
+        Nothing is written: the sample stays pending (a resume with the option skips it again, one
+        without runs it); its batch no longer waits for it.
+        """
+        self._resolve(prompt_id, None)
+
     def record_cancelled(self, prompt_id: str, prompt_index: int, usage: dict[str, Any] | None) -> None:
         """Record what a prompt cancelled mid-way spent (nothing when it spent nothing); it stays pending."""
         if not usage or not (
@@ -366,18 +374,19 @@ class RunLedger:
         with open(RunFolder(self.run_dir).ledger_index, "ab") as fh:
             fh.write((json.dumps(line) + "\n").encode())
 
-    def _resolve(self, prompt_id: str, counter: str) -> None:
+    def _resolve(self, prompt_id: str, counter: str | None) -> None:
         number = self._assigned.get(prompt_id)
         batch = self._batches.get(number) if number is not None else None
         if batch is None or prompt_id in batch.resolved:
             return
         batch.resolved.add(prompt_id)
-        setattr(batch, counter, getattr(batch, counter) + 1)
-        self.batch_stats[str(number)] = {
-            "processed": batch.processed,
-            "skipped": batch.failed,
-            "discarded_no_reasoning": batch.discarded_no_reasoning,
-        }
+        if counter is not None:  # a skipped sample (None) leaves no trace in the checkpoint
+            setattr(batch, counter, getattr(batch, counter) + 1)
+            self.batch_stats[str(number)] = {
+                "processed": batch.processed,
+                "skipped": batch.failed,
+                "discarded_no_reasoning": batch.discarded_no_reasoning,
+            }
         if batch.done:
             self._close_batch(number)
             if self._checkpoint_due():

@@ -228,3 +228,21 @@ def test_a_checkpoint_waits_a_multiple_of_its_own_write_time(tmp_path, monkeypat
     assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0]
     ledger.write_checkpoint()  # the end of the run writes it whatever the wait
     assert json.loads((tmp_path / "checkpoint.json").read_text())["completed_prompts"] == [0, 1]
+
+
+def test_a_skipped_sample_closes_its_batch_and_leaves_no_trace(tmp_path):
+    """--stop_when_passed: a planned sample that will not start resolves its batch, writes nothing and stays pending."""
+    ledger = RunLedger.open(tmp_path, "r")
+    index_of = {f"id{i}": i for i in range(4)}
+    ledger.plan([(i, f"id{i}") for i in range(4)], batch_size=2, index_of=index_of)
+    ledger.record_row("id0", _row("id0", 0))
+    ledger.record_skipped("id1")  # batch 0 is done: its file closes and gets its index line
+    assert [line["ids"] for line in _lines(tmp_path / INDEX_FILE)] == [["id0"]]
+    ledger.record_skipped("id2")
+    ledger.record_skipped("id3")  # batch 1: nothing but skips, no file, no stats
+    ledger.write_checkpoint()
+    ledger.close()
+    checkpoint = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert checkpoint["batch_stats"] == {"0": {"processed": 1, "skipped": 0, "discarded_no_reasoning": 0}}
+    assert sorted(p.name for p in tmp_path.glob("batch_*")) == ["batch_0.jsonl"]
+    assert RunLedger.open(tmp_path, "r").finished == {"id0"}  # the skipped ones are still pending
