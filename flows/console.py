@@ -35,6 +35,7 @@ from flows.prefect_adapter import TASK_RUN_LOGGERS, run_log_names
 from flows.progress import LISTENERS, RunProgress, meter_text
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.scoring import describe_scores
+from tasks.statistics import describe_stopped
 
 _console = Console(stderr=True)
 
@@ -49,21 +50,30 @@ def _spend_text(progress: RunProgress) -> str:
     return text + (f" · {meter_text(figures)}" if (figures := progress.figures()) else "")
 
 
+def _outcomes_text(progress: RunProgress) -> str:
+    """``failed 1 · discarded 0``, then ``· skipped 2`` (``--stop_when_passed``) and ``· pass 7/10`` when there are some."""
+    text = f"failed {progress.failed} · discarded {progress.discarded}"
+    if progress.skipped:
+        text += f" · skipped {progress.skipped}"
+    return text + (f" · {progress.pass_text()}" if progress.scored else "")
+
+
 def progress_line(progress: RunProgress) -> str:
-    """``prompts 40/100 · failed 1 · discarded 0 · 3.20/s · ETA 19 s · tokens 12345 · cost $0.0123``,
-    then the run-wide figures (:func:`flows.progress.meter_text`: spend, projection, request limit, 429s)."""
+    """``prompts 40/100 · failed 1 · discarded 0 · pass 30/39 · 3.20/s · ETA 19 s · tokens 12345 · cost
+    $0.0123``, then the run-wide figures (:func:`flows.progress.meter_text`: spend, projection, request
+    limit, 429s); ``skipped`` and ``pass`` only when there are some."""
     left = progress.total - progress.done
     eta = f"{left / progress.rate:.0f} s" if progress.rate > 0 and left else "-"
     return (
-        f"prompts {progress.done}/{progress.total} · failed {progress.failed} · discarded {progress.discarded}"
+        f"prompts {progress.done}/{progress.total} · {_outcomes_text(progress)}"
         f" · {progress.rate:.2f}/s · ETA {eta} · {_spend_text(progress)}"
     )
 
 
 def detail_line(progress: RunProgress) -> str:
-    """The live display's second line: ``failed 1 · discarded 0 · tokens 12345 · cost $0.0123``, then the
-    run-wide figures (spend, cap, projection, request limit, 429s)."""
-    return f"failed {progress.failed} · discarded {progress.discarded} · {_spend_text(progress)}"
+    """The live display's second line: ``failed 1 · discarded 0 · pass 30/39 · tokens 12345 · cost $0.0123``,
+    then the run-wide figures (spend, cap, projection, request limit, 429s)."""
+    return f"{_outcomes_text(progress)} · {_spend_text(progress)}"
 
 
 BAR_MIN_WIDTH = 10
@@ -289,6 +299,8 @@ def print_summary(config: Any, state: Any) -> None:
     )
     if stats.get("scores"):
         out.print(f"Scores: {describe_scores(stats['scores'])}")
+    if stats.get("stopped_when_passed"):
+        out.print(f"Stopped when passed: {describe_stopped(stats['stopped_when_passed'])}")
     out.print(
         f"Prompts: {stats['total_prompts']} · trajectories: {stats['completed']} · "
         f"discarded (no reasoning): {stats['discarded_no_reasoning']} · "

@@ -3,7 +3,10 @@
 ``num_workers`` prompts are in flight at once in a sliding window (a finished prompt makes room
 for the next: no batch waits for its slowest prompt). Results come back to the flow's thread,
 which is the ledger's only writer. A spend cap (:mod:`flows.budget`) decides before each prompt
-starts; a stop (:mod:`flows.stopping`) ends the window within :data:`STOP_DRAIN_SECONDS`.
+starts; a stop (:mod:`flows.stopping`) ends the window within :data:`STOP_DRAIN_SECONDS`. With
+``--stop_when_passed`` a sample whose record already has a passing row is skipped when its turn
+comes (the flow hands the samples over sample-major, so a record's later samples usually come
+after its earlier ones have ended).
 """
 
 from __future__ import annotations
@@ -81,11 +84,17 @@ def run_prompts(
     stop: RunStop,
     run_id: str,
     budget: Budget,
+    passed_records: set[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives.
 
     No prompt starts once ``budget`` says the cap is reached (:meth:`~flows.budget.Budget.admission`,
     then :meth:`~flows.budget.Budget.refuse`).
+
+    ``passed_records`` (``--stop_when_passed``): the prompt_index of each record with a passing
+    row, grown as rows pass. A job of such a record is not submitted (:meth:`RunLedger.record_skipped`,
+    :meth:`RunProgress.skip`), and no prompt waits in the pool's queue: a submitted prompt starts at
+    once, so none is started after its record passed.
 
     Returns:
         The failures of this invocation: ``{prompt_id, prompt_index, error_type, message, attempts}``.
@@ -100,16 +109,31 @@ def run_prompts(
     runner = prompt_task_runner(config)
     # no prompts wait in the pool's queue under a spend cap: the cap then decides for each prompt as
     # a slot frees, counting only prompts that run (a queued one refused by the cap would be wasted)
-    queued = 0 if config.task_runner == "dask" or budget.capped else config.num_workers
+    queued = (
+        0
+        if config.task_runner == "dask" or budget.capped or passed_records is not None
+        else config.num_workers
+    )
     local_cluster = config.task_runner == "dask" and not config.dask_address
     # prefect-dask creates the local cluster at the first submit, inside this block
     with local_dask_cluster_settings() if local_cluster else contextlib.nullcontext(), runner:
         window = config.num_workers + queued
-        return _sliding_window(config, pending, ledger, progress, stop, runner, window, run_id, budget)
+        return _sliding_window(
+            config, pending, ledger, progress, stop, runner, window, run_id, budget, passed_records
+        )
 
 
 def _sliding_window(
-    config, pending, ledger, progress, stop, runner, window: int, run_id: str, budget: Budget
+    config,
+    pending,
+    ledger,
+    progress,
+    stop,
+    runner,
+    window: int,
+    run_id: str,
+    budget: Budget,
+    passed_records: set[int] | None = None,
 ) -> list[dict[str, Any]]:
     task = run_prompt_task.with_options(
         retries=config.retries,
@@ -137,6 +161,10 @@ def _sliding_window(
         if admission is not Admission.START:
             return False
         job = next(queued, None)
+        while job is not None and passed_records is not None and job.prompt_index in passed_records:
+            ledger.record_skipped(job.prompt_id)  # --stop_when_passed: its record has passed
+            progress.skip()
+            job = next(queued, None)
         if job is None:
             return False
         parameters = {"job": wrap(job), "spec": wrap(spec), "api_key_secret": config.api_key_secret}
@@ -159,10 +187,18 @@ def _sliding_window(
         in_flight -= 1
         future.wait()  # the final state travels with the future (the API may still say Pending)
         outcome = record_outcome(job, future.state, ledger, progress, failed)
+        if passed_records is not None and outcome is not None and _passed(outcome):
+            passed_records.add(job.prompt_index)
         forget_task_run(runner, future, outcome)
         while in_flight < window and submit_next():  # one, or more after a spend cap's slow start
             in_flight += 1
     return failed
+
+
+def _passed(outcome: PromptOutcome) -> bool:
+    """True when the outcome is a kept row whose ``metadata.passed`` is true (a discarded sample never passes)."""
+    kept = not outcome.status.startswith("discarded")
+    return kept and outcome.row.get("metadata", {}).get("passed") is True
 
 
 def record_outcome(
@@ -187,7 +223,8 @@ def record_outcome(
                     "usage": outcome.usage,
                 },
             )
-        progress.record("completed" if kept else "discarded", outcome.usage)
+        passed = outcome.row.get("metadata", {}).get("passed") if kept else None
+        progress.record("completed" if kept else "discarded", outcome.usage, passed=passed)
         return outcome
     exc = state.result(raise_on_failure=False)
     # the prompt task ends every failure with a HermesError (its usage and attempts set); anything

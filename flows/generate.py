@@ -15,6 +15,9 @@ Prefect stop it the same way (:mod:`flows.stopping`): it records what finished a
 Cancelled. A spend cap (:mod:`flows.budget`) that would be crossed starts no new prompt; the run
 drains (or cancels) what runs, writes every output and ends Failed named ``BudgetReached``.
 ``--pilot N`` runs N drawn prompts and writes ``pilot.json`` (:mod:`flows.pilot`).
+``--stop_when_passed`` hands the samples to the dispatcher sample-major (every record's sample 0,
+then every record's sample 1, ...), so that a record's later samples usually start after its
+earlier ones have ended, and skips the samples of records that have a passing row.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
 from hermes_core.exceptions import FAILURE_KINDS
 from hermes_core.limiter import run_limiter
+from hermes_core.runfolder.early_stop import passed_ids
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger, RunLock
 from hermes_core.runfolder.postprocess import write_json_atomic
@@ -105,7 +109,16 @@ def _generate_trajectories(**options: Any) -> State:
         pending = [index for index in drawn if ids[index] not in finished]
         del finished
         index_of = {pid: slot // samples for slot, pid in enumerate(ids)}  # a sample's prompt_index
-        done_before = len(ids) - len(pending)
+        # --stop_when_passed: the records whose row passed (ledger), then this invocation's
+        passed_records = None
+        held = 0
+        if config.stop_when_passed and samples > 1:
+            passed_records = {index_of[pid] for pid in passed_ids(run_dir) if pid in index_of}
+            held = len(pending)
+            pending = [slot for slot in pending if slot // samples not in passed_records]
+            held -= len(pending)
+            pending.sort(key=lambda slot: (slot % samples, slot))  # sample-major
+        done_before = len(ids) - len(pending) - held
         ledger.plan([(index, ids[index]) for index in pending], config.batch_size, index_of)
         # docker: reap leftovers, check images
         backend = resolve_backend(config.terminal_env, settings)
@@ -121,7 +134,8 @@ def _generate_trajectories(**options: Any) -> State:
             logger.info("tool %s not offered: %s", tool, reason)
         start_line = (
             f"run {config.run_name}: {len(ids)} prompts, {done_before} already finished, "
-            f"{len(pending)} to run with {config.num_workers} workers"
+            + (f"{held} skipped (their record passed), " if held else "")
+            + f"{len(pending)} to run with {config.num_workers} workers"
         )
         logger.info("%s", start_line)
         budget = Budget.of(config, ledger.spend)
@@ -138,13 +152,17 @@ def _generate_trajectories(**options: Any) -> State:
         if budget.capped:
             spend_guard.register(info.run_id, budget)  # checked before each model request of this process
         try:
-            failed = image_failed + run_prompts(config, jobs, ledger, progress, stop, info.run_id, budget)
+            failed = image_failed + run_prompts(
+                config, jobs, ledger, progress, stop, info.run_id, budget, passed_records
+            )
         finally:
             spend_guard.unregister(info.run_id)
             progress.close()
         ledger.write_checkpoint()
         ledger.close()
         facts = {"ran": progress.done, "failed": len(failed)}
+        if passed_records is not None:
+            facts["skipped"] = progress.skipped
         if stop.requested:
             finish_invocation(
                 info, duration_s=round(time.monotonic() - started, 3), stopped=stop.reason, **facts
@@ -162,20 +180,29 @@ def _generate_trajectories(**options: Any) -> State:
             "budget": budget.figures(),
             "concurrency": {**limiter.snapshot(), "scope": "flow process"} if limiter else None,
         }
+        failed_ids = [f["prompt_id"] for f in failed]
+        skipped = None
+        if passed_records is not None:  # samples held back now: pending, of a record that passed
+            finished = ledger.finished | set(failed_ids)
+            skipped = sum(ids[slot] not in finished and slot // samples in passed_records for slot in drawn)
+            del finished
         stats = finish_run(
             config,
             info,
             index_of,
-            [f["prompt_id"] for f in failed],
+            failed_ids,
             started=started,
             facts={**facts, "budget_reached": budget.reached},
             run_control=run_control,
+            samples_skipped=skipped,
         )
         duration = time.monotonic() - started
         publish_task(config, stats, failed, warnings)
         progress.announce(
             f"run {config.run_name} done in {duration:.1f} s: {stats['completed']} trajectories, "
-            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed · {meter_text(progress.figures())}"
+            f"{stats['discarded_no_reasoning']} discarded, {len(failed)} failed"
+            + (f", {skipped} skipped (their record passed)" if skipped else "")
+            + f" · {meter_text(progress.figures())}"
         )
         if config.pilot:
             report = pilot_run.report(

@@ -94,9 +94,11 @@ class LatestOnly:
 
 @dataclass
 class RunProgress:
-    """Counts of one invocation. ``total`` = pending prompts this invocation runs.
+    """Counts of one invocation. ``total`` = pending prompts this invocation runs (less the skipped ones).
 
     Attributes:
+        scored: rows of this invocation with a score (``metadata.passed`` set); ``passed``: those that passed.
+        skipped: samples that did not start because their record had passed (``--stop_when_passed``).
         tokens: prompt + completion tokens of the prompts finished in this invocation.
         cost: their provider-reported cost in USD (None until one reports a cost).
         meter: returns the run-wide figures (every invocation), or None: ``{"run_tokens",
@@ -111,6 +113,9 @@ class RunProgress:
     completed: int = 0
     discarded: int = 0
     failed: int = 0
+    scored: int = 0
+    passed: int = 0
+    skipped: int = 0
     tokens: int = 0
     cost: float | None = None
     started: float = field(default_factory=time.monotonic)
@@ -159,16 +164,36 @@ class RunProgress:
             self._pusher.close()
             self._pusher = None
 
-    def record(self, kind: str, usage: dict[str, Any] | None = None, line: str | None = None) -> None:
+    def record(
+        self,
+        kind: str,
+        usage: dict[str, Any] | None = None,
+        line: str | None = None,
+        passed: bool | None = None,
+    ) -> None:
         """Count one finished prompt: ``completed``, ``discarded`` or ``failed``, with its usage
-        (the stored ``{prompt_tokens, completion_tokens, reasoning_tokens, cost}`` form, or None)."""
+        (the stored ``{prompt_tokens, completion_tokens, reasoning_tokens, cost}`` form, or None)
+        and, for a scored row, whether it passed (its ``metadata.passed``; None: not scored)."""
         setattr(self, kind, getattr(self, kind) + 1)
+        if passed is not None:
+            self.scored += 1
+            self.passed += bool(passed)
         if usage:
             spent = Usage.from_dict(usage)
             self.tokens += spent.total_tokens
             if spent.cost is not None:
                 self.cost = (self.cost or 0.0) + spent.cost
         self._notify(line=line)
+
+    def skip(self) -> None:
+        """Count one sample that will not start (``--stop_when_passed``): it leaves :attr:`total`."""
+        self.skipped += 1
+        self.total -= 1
+        self._notify()
+
+    def pass_text(self) -> str:
+        """``pass 7/10`` (rows of this invocation that passed / were scored), ``""`` before any was scored."""
+        return f"pass {self.passed}/{self.scored}" if self.scored else ""
 
     def announce(self, line: str) -> None:
         """Tell the listeners one event line (e.g. the end of the run)."""
@@ -189,8 +214,14 @@ class RunProgress:
         update_progress_artifact(self._artifact_id, progress=percent, description=description)
 
     def describe(self) -> str:
-        """The artifact's description: counts, and the run's spend, projection and request limit."""
-        text = f"{self.done}/{self.total} prompts of {self.run_name} in this flow run ({self.failed} failed)"
+        """The artifact's description: counts, the pass rate, and the run's spend, projection and request limit.
+
+        E.g. ``10/12 prompts of my-run in this flow run (0 failed, 2 skipped) · pass 7/10 · run 1234 tokens``.
+        """
+        skipped = f", {self.skipped} skipped" if self.skipped else ""
+        text = f"{self.done}/{self.total} prompts of {self.run_name} in this flow run ({self.failed} failed{skipped})"
+        if self.scored:
+            text += f" · {self.pass_text()}"
         figures = self.figures()
         if figures:
             text += " · " + meter_text(figures)

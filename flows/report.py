@@ -30,6 +30,7 @@ def finish_run(
     facts: Mapping[str, Any],
     run_control: dict[str, Any] | None = None,
     in_flow: bool = True,
+    samples_skipped: int | None = None,
 ) -> dict[str, Any]:
     """Merge the batch files, record the invocation's end in run.json, write statistics.json.
 
@@ -43,6 +44,8 @@ def finish_run(
         run_control: extra statistics keys (``budget``, ``concurrency``).
         in_flow: run the merge and the statistics as Prefect tasks (inside a flow run); False
             calls their functions directly (no Prefect API needed).
+        samples_skipped: with ``--stop_when_passed``, the samples held back now (pending, of a
+            record with a passing row); None without the option.
 
     Returns:
         The statistics (what statistics.json holds).
@@ -55,7 +58,9 @@ def finish_run(
     indexes = quote(index_of) if in_flow else index_of
     merge = merge_step(config.run_dir, indexes, config.keep)
     finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
-    return statistics_step(config, merge, indexes, info.total_duration, failed_ids, run_control)
+    return statistics_step(
+        config, merge, indexes, info.total_duration, failed_ids, run_control, samples_skipped
+    )
 
 
 def run_meter(config: BatchConfig, budget: Budget, limiter, total: int):

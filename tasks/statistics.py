@@ -16,6 +16,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from hermes_core.runfolder.early_stop import stopped_statistics
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.postprocess import MergeResult, compute_statistics, write_json_atomic
 from hermes_core.scoring import describe_scores
@@ -41,6 +42,7 @@ def statistics_task(
     duration: float,
     failed: list[str],
     run_control: dict | None = None,
+    samples_skipped: int | None = None,
 ) -> dict:
     """Statistics of the whole run, written to ``<run>/statistics.json`` and returned.
 
@@ -51,9 +53,12 @@ def statistics_task(
         duration: seconds over every invocation of the run.
         failed: prompt_ids that failed in this flow run.
         run_control: extra top-level keys (``budget``, ``concurrency``), added as they are.
+        samples_skipped: with ``--stop_when_passed``, the samples held back (None without it).
 
     Returns:
-        The dict of :func:`hermes_core.runfolder.postprocess.compute_statistics` plus ``run_control``.
+        The dict of :func:`hermes_core.runfolder.postprocess.compute_statistics` plus ``run_control``;
+        with ``samples_skipped``, plus ``stopped_when_passed`` and, when samples were skipped, the
+        ``pass_at_k`` and ``pass_hat_k`` of :func:`hermes_core.runfolder.early_stop.stopped_statistics`.
     """
     stats = compute_statistics(
         config.run_dir,
@@ -70,6 +75,10 @@ def statistics_task(
         samples_per_prompt=config.samples_per_prompt,
     )
     stats.update(run_control or {})
+    if samples_skipped is not None:
+        folder = RunFolder(config.run_dir)
+        rows = [merge.path, *([folder.rejected] if merge.rejected else [])]
+        stats.update(stopped_statistics(rows, config.samples_per_prompt, samples_skipped))
     write_json_atomic(RunFolder(config.run_dir).statistics, stats)
     return stats
 
@@ -122,6 +131,19 @@ def _left_out(merge: dict[str, int]) -> list[str]:
     return [f"| {labels[key]} | {count} |" for key, count in merge.items() if count and key in labels]
 
 
+def describe_stopped(figures: dict[str, Any]) -> str:
+    """``5 samples skipped; saved about 15 model requests and $0.0012 (estimates: skipped x the mean per row)``
+    from statistics.json's ``stopped_when_passed`` (the cost only when rows report one)."""
+    cost = figures.get("cost_saved_usd_estimate")
+    saved = f"{figures['requests_saved_estimate']:g} model requests" + (
+        "" if cost is None else f" and ${cost:.4f}"
+    )
+    return (
+        f"{figures['samples_skipped']} samples skipped; saved about {saved} "
+        "(estimates: skipped x the mean per row)"
+    )
+
+
 def summary_markdown(config, stats: dict[str, Any]) -> str:
     """The run summary as markdown (counts, reasoning coverage, scores, discards, failures, tokens, cost, duration)."""
     reasoning = stats["reasoning_statistics"]
@@ -142,6 +164,11 @@ def summary_markdown(config, stats: dict[str, Any]) -> str:
         f"| reasoning coverage | {reasoning['turns_with_reasoning']}/{reasoning['total_assistant_turns']}"
         f" assistant turns ({reasoning['coverage_percent']}%) |",
         *([f"| scores | {describe_scores(stats['scores'])} |"] if stats.get("scores") else []),
+        *(
+            [f"| stopped when passed | {describe_stopped(stats['stopped_when_passed'])} |"]
+            if stats.get("stopped_when_passed")
+            else []
+        ),
         f"| tokens | {tokens['prompt']} prompt, {tokens['completion']} completion, {tokens['reasoning']} reasoning |",
         f"| cost | {'n/a' if cost is None else f'${cost:.4f}'} |",
         f"| duration | {stats['duration_seconds']} s |",

@@ -257,3 +257,11 @@ def test_settings_are_split_by_area_with_the_same_variable_names(monkeypatch):
     settings = HermesSettings()
     assert settings.terminal_timeout == 42 and SandboxSettings().terminal_timeout == 42
     assert settings.web_timeout == 7 and settings.api_key.get_secret_value() == "sk-area-test-123"
+
+
+def test_stop_when_passed_does_not_define_a_sample():
+    """A resume with or without --stop_when_passed continues the same run (the settings hash of before it existed)."""
+    base = {"dataset_file": "d", "batch_size": 1, "run_name": "r", "model": "m/x"}
+    stopping = BatchConfig.from_options(**base, samples_per_prompt=4, stop_when_passed=True)
+    assert "stop_when_passed" not in stopping.defining_settings()
+    assert BatchConfig.from_options(**base, stop_when_passed=True).settings_hash() == "f6e41ff58fe33c3a"

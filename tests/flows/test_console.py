@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from flows.console import BAR_MIN_WIDTH, LiveProgress
+from flows.console import BAR_MIN_WIDTH, LiveProgress, progress_line
 from flows.progress import RunProgress
 from tests.conftest import run_args
 
@@ -241,3 +241,11 @@ def test_the_second_line_is_cut_with_an_ellipsis_and_never_pushes_the_first():
     assert wide[1] == whole
     assert narrow[1] == whole[:79] + "…"
     assert len(narrow) == 2 and re.fullmatch(r"prompts ━+╸? +" + re.escape(FULL), narrow[0])
+
+
+def test_the_live_lines_show_the_pass_rate_and_the_skipped_samples():
+    """Scored rows add ``pass passed/scored``; --stop_when_passed's skips add ``skipped n`` (both only when there are some)."""
+    first, second = _rendered(200, scored=39, passed=30, skipped=2)
+    assert second == "failed 0 · discarded 0 · skipped 2 · pass 30/39 · tokens 0 · cost n/a"
+    run = RunProgress(run_name="unit", total=10, completed=4, scored=4, passed=3)
+    assert progress_line(run).startswith("prompts 4/10 · failed 0 · discarded 0 · pass 3/4 · ")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from flows.progress import LatestOnly
+from flows.progress import LatestOnly, RunProgress
 
 
 def test_the_dispatcher_never_waits_and_only_the_newest_value_is_sent():
@@ -61,3 +61,16 @@ def test_a_failed_send_is_dropped_and_the_next_value_goes_out():
     pusher.send_now(2)
     pusher.close()
     assert sent == [2]
+
+
+def test_the_description_shows_the_pass_rate_and_the_skipped_samples():
+    run = RunProgress(run_name="unit", total=12)
+    run.record("completed")  # not scored: no pass figure yet
+    assert run.describe() == "1/12 prompts of unit in this flow run (0 failed)"
+    for passed in (True, False, True):
+        run.record("completed", passed=passed)
+    run.record("discarded")
+    run.record("failed")
+    run.skip()  # --stop_when_passed: the sample leaves the total
+    assert run.describe() == "6/11 prompts of unit in this flow run (1 failed, 1 skipped) · pass 2/3"
+    assert run.percent == round(100 * 6 / 11, 1)
