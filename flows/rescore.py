@@ -43,6 +43,7 @@ from hermes_core.scoring import (
     PYTHON_PREFIX,
     applied_scorers,
     check_scorers,
+    describe_pass_at_k,
     describe_scores,
     score_answer,
     score_judge,
@@ -341,7 +342,7 @@ def describe(result: RescoreResult) -> str:
     if stats.get("scores"):
         lines.append(f"Scores: {describe_scores(stats['scores'])}")
     if stats.get("pass_at_k"):
-        lines.append("pass@k: " + ", ".join(f"pass@{k} {v:g}" for k, v in stats["pass_at_k"].items()))
+        lines.append(f"Pass: {describe_pass_at_k(stats['pass_at_k'], stats.get('pass_hat_k'))}")
     if result.usage.total_tokens:
         cost = f", ${result.usage.cost:.4f}" if result.usage.cost is not None else ""
         lines.append(f"Judge: {result.usage.total_tokens} tokens{cost}")

@@ -316,7 +316,16 @@ def describe_scores(scores: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def describe_pass_at_k(pass_at_k: dict[str, float], pass_hat_k: float | None = None) -> str:
+    """One line of a run's ``pass_at_k`` / ``pass_hat_k``, e.g. ``pass@1 0.6429 · pass@4 0.7143 · pass^4 0.5``; empty when none."""
+    parts = [f"pass@{k} {value:g}" for k, value in pass_at_k.items()]
+    if pass_hat_k is not None and len(pass_at_k) > 1:
+        parts.append(f"pass^{list(pass_at_k)[-1]} {pass_hat_k:g}")
+    return " · ".join(parts)
+
+
 __all__ = [
+    "describe_pass_at_k",
     "describe_scores",
     "DEFAULT_VERIFY_TIMEOUT",
     "KEEP_CHOICES",
@@ -324,6 +333,8 @@ __all__ = [
     "applied_scorers",
     "check_record_fields",
     "check_scorers",
+    "JUDGE_MAX_TOKENS",
+    "JUDGE_REPLY_RULE",
     "JUDGE_RUBRIC",
     "PYTHON_PREFIX",
     "final_answers",

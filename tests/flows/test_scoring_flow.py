@@ -1,7 +1,8 @@
 """Scored runs end to end: the command line, a real Prefect server, the mock over HTTP, real sandboxes.
 
 ``examples/verified.jsonl``: three records with an ``answer`` (the mock told what to answer), three
-with a ``verify`` command that checks what the agent's terminal command wrote in its folder.
+with a ``verify`` command that checks what the agent's terminal command wrote in its folder, and
+one whose samples answer wrong and right in turn (pass@1 < pass@4).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ EXPECTED = [  # (scorer, passed, explanation) per record of examples/verified.js
     ("verify", True, "exit 0"),
     ("verify", False, "exit 1"),
     ("verify", True, "exit 0"),
+    ("answer", False, "'Lyon' is not one of ['Paris']"),  # its first sample; the second answers Paris
 ]
 
 
@@ -53,14 +55,14 @@ def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, s
     assert got == EXPECTED
     assert [row["metadata"]["passed"] for row in rows] == [passed for _, passed, _ in EXPECTED]
     assert [row["metadata"]["score"][name]["value"] for row, (name, _, _) in zip(rows, EXPECTED, strict=True)] == [
-        1.0, 1.0, 0.0, 1.0, 0.0, 1.0,
+        1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0,
     ]  # fmt: skip
     stats = json.loads((run / "statistics.json").read_text())
     assert stats["scores"] == {
-        "answer": {"scored": 3, "passed": 2, "failed": 1, "errored": 0, "mean": 0.6667},
+        "answer": {"scored": 4, "passed": 2, "failed": 2, "errored": 0, "mean": 0.5},
         "verify": {"scored": 3, "passed": 2, "failed": 1, "errored": 0, "mean": 0.6667},
     }
-    assert "Scores: answer 2/3 passed (mean 0.6667) · verify 2/3 passed (mean 0.6667)" in proc.stdout
+    assert "Scores: answer 2/4 passed (mean 0.5) · verify 2/3 passed (mean 0.6667)" in proc.stdout
     requests = server.stats()["requests"]
     resumed = cli(*args, "--resume")  # nothing to do: scored rows are finished work
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -71,10 +73,10 @@ def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, s
     assert kept.returncode == 0, kept.stderr[-3000:]
     assert server.stats()["requests"] == requests
     assert [r["prompt_index"] for r in _rows(run / "trajectories.jsonl")] == [0, 1, 3, 5]
-    assert [r["prompt_index"] for r in _rows(run / "rejected.jsonl")] == [2, 4]
+    assert [r["prompt_index"] for r in _rows(run / "rejected.jsonl")] == [2, 4, 6]
     assert all(r["metadata"]["passed"] is False for r in _rows(run / "rejected.jsonl"))
     after = json.loads((run / "statistics.json").read_text())
-    assert after["kept_by_filter"] == {"keep": "passed", "kept": 4, "rejected": 2}
+    assert after["kept_by_filter"] == {"keep": "passed", "kept": 4, "rejected": 3}
     assert after["completed"] == 4 and after["scores"] == stats["scores"]  # the rejected rows still count
 
 
