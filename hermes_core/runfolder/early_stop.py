@@ -19,8 +19,10 @@ from typing import Any
 
 import polars as pl
 
-from hermes_core.runfolder.files import line_chunks
+from hermes_core.runfolder.files import iter_raw_lines, line_chunks, loads_object
 from hermes_core.runfolder.folder import RunFolder
+from hermes_core.runfolder.ledger import row_prompt_id
+from hermes_core.runfolder.rescores import apply_rescore, read_rescores
 
 __all__ = ["passed_ids", "stopped_statistics"]
 
@@ -31,7 +33,8 @@ def passed_ids(run_dir: Path) -> set[str]:
     """The prompt ids of the rows of ``run_dir``'s batch files whose ``metadata.passed`` is true.
 
     Only ``metadata.prompt_id`` and ``metadata.passed`` are decoded. Call it after the ledger has
-    opened (it repairs a torn last line). Scores given later by ``hermes-batch score`` are not read.
+    opened (it repairs a torn last line). Scores given later by ``hermes-batch score``
+    (``scores.jsonl``) are laid over the rows they name, as the merge does (those rows are read whole).
 
     Raises:
         OSError: a batch file cannot be read.
@@ -44,6 +47,12 @@ def passed_ids(run_dir: Path) -> set[str]:
             meta = pl.read_ndjson(chunk, schema=schema).get_column("metadata").struct
             frame = pl.DataFrame({"id": meta.field("prompt_id"), "passed": meta.field("passed")})
             found.update(frame.filter(pl.col("passed")).get_column("id").drop_nulls().to_list())
+    rescores = read_rescores(run_dir)
+    for path in RunFolder(run_dir).batch_files() if rescores else []:
+        for _offset, raw, _line, _last in iter_raw_lines(path):
+            if row_prompt_id(raw) in rescores and (row := loads_object(raw)) and apply_rescore(row, rescores):
+                prompt_id = row["metadata"]["prompt_id"]
+                (found.add if row["metadata"]["passed"] else found.discard)(prompt_id)
     return found
 
 

@@ -23,6 +23,11 @@ def test_passed_ids_are_the_batch_rows_that_passed(tmp_path):
     _write(tmp_path / "batch_1.jsonl", [_row(2, 0, True)])
     (tmp_path / "rejected.jsonl").write_text(json.dumps(_row(3, 0, True)) + "\n")  # not a ledger file
     assert passed_ids(tmp_path) == {"p0.1", "p2.0"}
+    # hermes-batch score's newer results are laid over the rows, as the merge does
+    rescore = {"prompt_id": "p0.1", "prompt_index": 0, "score": {"answer": {"value": 0.0, "passed": False}}}
+    rescore_0 = {"prompt_id": "p0.0", "prompt_index": 0, "score": {"answer": {"value": 1.0, "passed": True}}}
+    _write(tmp_path / "scores.jsonl", [rescore, rescore_0])
+    assert passed_ids(tmp_path) == {"p0.0", "p2.0"}
     empty = tmp_path / "empty-run"
     empty.mkdir()
     assert passed_ids(empty) == set()
