@@ -152,20 +152,27 @@ def _sliding_window(
     # prefect-dask hands the task a quoted parameter as a plain tuple.
     wrap = quote if config.task_runner != "dask" else (lambda value: value)
 
+    held: list[PromptJob] = []  # the next job, drawn before asking the budget and kept if it says no
+
+    def next_job() -> PromptJob | None:
+        job = held.pop() if held else next(queued, None)
+        while job is not None and passed_records is not None and job.prompt_index in passed_records:
+            ledger.record_skipped(job.prompt_id)  # --stop_when_passed: its record has passed
+            progress.skip()
+            job = next(queued, None)
+        return job
+
     def submit_next() -> bool:
         if stop.requested:
+            return False
+        job = next_job()  # first: with no prompt left, the cap holds nothing back (not "reached")
+        if job is None:
             return False
         admission = budget.admission(in_flight)
         if admission is Admission.CAP:
             budget.refuse()  # no prompt starts any more: held retries, cancelled ones with on_budget=cancel
         if admission is not Admission.START:
-            return False
-        job = next(queued, None)
-        while job is not None and passed_records is not None and job.prompt_index in passed_records:
-            ledger.record_skipped(job.prompt_id)  # --stop_when_passed: its record has passed
-            progress.skip()
-            job = next(queued, None)
-        if job is None:
+            held.append(job)
             return False
         parameters = {"job": wrap(job), "spec": wrap(spec), "api_key_secret": config.api_key_secret}
         future = runner.submit(task, parameters)
