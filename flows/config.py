@@ -126,7 +126,7 @@ class BatchConfig(BaseModel):
         "command, else answer when it has an answer), answer (the final answer against the record's "
         "answer), verify (the record's verify command in the prompt's sandbox; exit 0 passes), judge (an "
         "LLM judge: --judge_model, --judge_base_url, --judge_rubric_file), python:module:function (your "
-        "function(row, record) -> {value, passed, explanation}).",
+        "function(row, record) returning {value, passed, explanation}).",
     )
     verify_timeout: float = Field(
         default=DEFAULT_VERIFY_TIMEOUT, gt=0, description="Seconds a record's verify command may run."

@@ -19,7 +19,7 @@ from prefect.runtime import flow_run
 from hermes_core.runfolder.early_stop import stopped_statistics
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.postprocess import MergeResult, compute_statistics, write_json_atomic
-from hermes_core.scoring import describe_scores
+from hermes_core.scoring import describe_pass_at_k, describe_scores
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
 
 
@@ -73,6 +73,7 @@ def statistics_task(
         valid_tools=ALL_POSSIBLE_TOOLS,
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         samples_per_prompt=config.samples_per_prompt,
+        scorers=config.scorer.split(","),
     )
     stats.update(run_control or {})
     if samples_skipped is not None:
@@ -164,6 +165,11 @@ def summary_markdown(config, stats: dict[str, Any]) -> str:
         f"| reasoning coverage | {reasoning['turns_with_reasoning']}/{reasoning['total_assistant_turns']}"
         f" assistant turns ({reasoning['coverage_percent']}%) |",
         *([f"| scores | {describe_scores(stats['scores'])} |"] if stats.get("scores") else []),
+        *(
+            [f"| pass@k | {describe_pass_at_k(stats['pass_at_k'], stats.get('pass_hat_k'))} |"]
+            if stats.get("pass_at_k")
+            else []
+        ),
         *(
             [f"| stopped when passed | {describe_stopped(stats['stopped_when_passed'])} |"]
             if stats.get("stopped_when_passed")

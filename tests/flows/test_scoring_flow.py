@@ -63,6 +63,7 @@ def test_the_example_is_scored_in_the_rows_the_statistics_and_the_console(cli, s
         "verify": {"scored": 3, "passed": 2, "failed": 1, "errored": 0, "mean": 0.6667},
     }
     assert "Scores: answer 2/4 passed (mean 0.5) · verify 2/3 passed (mean 0.6667)" in proc.stdout
+    assert "Pass: pass@1 0.5714" in proc.stdout and "pass^" not in proc.stdout  # K = 1: no pass^K
     requests = server.stats()["requests"]
     resumed = cli(*args, "--resume")  # nothing to do: scored rows are finished work
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -128,6 +129,12 @@ def test_k_samples_give_exact_pass_at_k_and_more_samples_add_to_a_run(cli, serve
     # Chen et al.'s estimator per record (n=4): c=2 -> pass@1 0.5, pass@4 1; c=4 -> 1, 1; c=0 -> 0, 0
     assert stats["pass_at_k"] == {"1": 0.5, "4": 0.6667}
     assert stats["pass_hat_k"] == 0.3333
+    assert "Pass: pass@1 0.5 · pass@4 0.6667 · pass^4 0.3333" in proc.stdout  # the console summary
+    from flows.config import BatchConfig
+    from tasks.statistics import summary_markdown
+
+    config = BatchConfig.from_options(dataset_file=str(dataset), batch_size=4, run_name="k")
+    assert "| pass@k | pass@1 0.5 · pass@4 0.6667 · pass^4 0.3333 |" in summary_markdown(config, stats)
     assert stats["total_prompts"] == 12 and stats["completed"] == 12
     by_conversation = server.stats()["by_conversation"]
     assert [by_conversation[conversation_key(r["prompt"])] for r in records] == [12, 12, 12]  # 4 x 3 requests
