@@ -125,7 +125,7 @@ class BatchConfig(BaseModel):
         description="Scorers of each trajectory, a comma list: auto (verify when the record has a verify "
         "command, else answer when it has an answer), answer (the final answer against the record's "
         "answer), verify (the record's verify command in the prompt's sandbox; exit 0 passes), judge (an "
-        "LLM judge: --judge_model, --judge_base_url, --judge_rubric_file), python:module:function (your "
+        "LLM judge: judge_model, judge_base_url, judge_rubric_file), python:module:function (your "
         "function(row, record) returning {value, passed, explanation}).",
     )
     verify_timeout: float = Field(
