@@ -38,11 +38,12 @@ import tenacity
 from pydantic import BaseModel, Field, SecretStr
 
 from hermes_core import cancel
-from hermes_core.endpoints import require_key
+from hermes_core.endpoints import require_key, resolve_base_url
 from hermes_core.exceptions import ModelError, PromptTimeout
 from hermes_core.limiter import ConcurrencyLimiter
 from hermes_core.options import DEFINING, DEFINING_WHEN_SET, CommaList
 from hermes_core.redaction import valid_text
+from hermes_core.settings import HermesSettings
 from hermes_core.spend_guard import RequestGuard
 from hermes_core.trajectory import extract_reasoning
 from hermes_core.usage import Usage
@@ -387,6 +388,42 @@ class ModelClient:
         return _read_turn(data)
 
 
+def side_client(
+    model: str,
+    base_url: str | None,
+    settings: HermesSettings,
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    limiter: ConcurrencyLimiter | None = None,
+    guard: RequestGuard | None = None,
+) -> ModelClient:
+    """A client for a side request of a run (a judge, a summariser): its own model, endpoint and
+    sampling; the settings' key, timeout and retries; the run's limiter and spend guard when given.
+
+    Args:
+        model: the model id (``mock/...`` uses the built-in mock server).
+        base_url: its endpoint, or None: the mock server for ``mock/`` ids, else ``settings.base_url``
+            (:func:`hermes_core.endpoints.resolve_base_url`).
+        settings: the API key (``settings.api_key``), ``request_timeout`` (seconds per attempt) and
+            ``max_retries``.
+        max_tokens / temperature: sent with every request (None: the provider's default).
+        limiter / guard: the run's request limiter and spend cap, or None.
+
+    Raises:
+        ConfigError: no key for an endpoint that is not on this machine.
+    """
+    return ModelClient(
+        ModelOptions(model=model, max_tokens=max_tokens, temperature=temperature),
+        base_url=resolve_base_url(model, base_url, settings),
+        api_key=settings.api_key,
+        timeout=settings.request_timeout,
+        max_retries=settings.max_retries,
+        limiter=limiter,
+        guard=guard,
+    )
+
+
 def reports_cost(base_url: str) -> bool:
     """True when the endpoint is known to report each request's cost (OpenRouter, when asked)."""
     return "openrouter.ai" in base_url
@@ -519,4 +556,5 @@ __all__ = [
     "ReasoningEffort",
     "http_clients",
     "reports_cost",
+    "side_client",
 ]
