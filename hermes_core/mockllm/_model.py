@@ -507,6 +507,15 @@ def completion(
         final_answer: called for the text of a final answer (the ``answers`` option), else None.
     """
     messages = body.get("messages") or []
+    if options.summarise:
+        return _reply(
+            key,
+            request_number,
+            model,
+            messages,
+            {"role": "assistant", "content": summary_reply(messages, options.summary_words)},
+            options,
+        )
     if options.judge:
         return _reply(
             key,
@@ -595,6 +604,13 @@ def completion(
     return _reply(
         key, request_number, model, messages, message, options, finish_reason, out_chars, reasoning_tokens
     )
+
+
+def summary_reply(messages: list[Any], words: int) -> str:
+    """The mock summariser's reply: exactly ``words`` words separated by single spaces (see ``MockOptions.summarise``)."""
+    text = message_text(messages[-1].get("content")) if messages and isinstance(messages[-1], dict) else ""
+    found = re.findall(r"[a-z0-9]+", text.lower()) or ["summary"]
+    return " ".join(found[i % len(found)] for i in range(words))
 
 
 def judge_reply(messages: list[Any]) -> str:

@@ -68,6 +68,13 @@ class MockOptions(BaseModel):
         "'## Final answer of the agent' section matches its '## Reference answer' by the answer scorer's "
         "rule, FAIL otherwise; with no reference, PASS for any final answer.",
     )
+    summarise: bool = Field(
+        False,
+        description="Answer as a summariser (implied by the model id mock/summariser): the reply is exactly "
+        "summary_words words, the words of the request's last message in turn (lowercased letters and digits; "
+        "'summary' when it has none), so its length is known.",
+    )
+    summary_words: int = Field(50, ge=1, description="Words of a summarise reply.")
     echo_auth: bool = Field(
         False,
         description="Answer 401 quoting the request's Authorization header in the error message, as some "
@@ -137,7 +144,7 @@ def is_mock_model(model: str) -> bool:
 
 def model_id_options(model: str) -> dict[str, str]:
     """Raw options of a mock model id's query string (``{name: value}``, a bare flag gives ``"true"``);
-    the id ``mock/judge`` sets ``judge``.
+    the id ``mock/judge`` sets ``judge``, ``mock/summariser`` sets ``summarise``.
 
     Raises:
         ConfigError (a ValueError): ``model`` is not a ``mock/`` id.
@@ -145,7 +152,8 @@ def model_id_options(model: str) -> dict[str, str]:
     if not is_mock_model(model):
         raise ConfigError(f"not a mock model id: {model!r} (must start with {MOCK_PREFIX!r})")
     name, _, query = model.partition("?")
-    raw: dict[str, str] = {"judge": "true"} if name == f"{MOCK_PREFIX}judge" else {}
+    implied = {f"{MOCK_PREFIX}judge": "judge", f"{MOCK_PREFIX}summariser": "summarise"}
+    raw: dict[str, str] = {implied[name]: "true"} if name in implied else {}
     for key, value in parse_qsl(query, keep_blank_values=True):
         raw[key.strip()] = value.strip() if value.strip() else "true"
     return raw
