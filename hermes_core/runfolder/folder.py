@@ -3,33 +3,38 @@
 Every module that reads or writes a run folder asks :class:`RunFolder` for a file's path (or
 takes a name constant below) instead of spelling the name itself.
 
-=============================  =======================================================================
-file (in ``data/<run_name>``)  format
-=============================  =======================================================================
-``run.json``                   JSON: defining settings, dataset fingerprint, invocation history
-                               (:mod:`hermes_core.runfolder.run_info`)
-``batch_<n>.jsonl``            JSONL: the trajectory rows of batch n, appended with flush + fsync
-                               (:mod:`hermes_core.runfolder.ledger`)
-``discarded.jsonl``            JSONL: one tombstone per sample discarded for lack of reasoning
-``failures.jsonl``             JSONL: one line per prompt that failed in an invocation
-``cancelled.jsonl``            JSONL: what prompts cancelled mid-way spent (``usage``)
-``spend.json``                 JSON, one line: the usage of every ledger file, summed per file
-                               (:mod:`hermes_core.runfolder.spend`)
-``checkpoint.json``            JSON, one line: ``{run_name, completed_prompts, batch_stats, last_updated}``
-``.ledger-index.jsonl``        JSONL: one line per closed batch file (name, size, mtime, prompt ids)
-``trajectories.jsonl``         JSONL: the merged rows, ordered by prompt_index
-                               (:mod:`hermes_core.runfolder.postprocess`)
-``.merge-state.<f>.json``      JSON: what the merge into ``<f>`` and its statistics computed
-``statistics.json``            JSON: the run's statistics (``compute-statistics``)
-``scores.jsonl``               JSONL: scores given to existing rows by ``hermes-batch score``, newest
-                               last (:mod:`hermes_core.runfolder.rescores`)
-``pilot.json``                 JSON: the report of a ``--pilot`` run (:mod:`flows.pilot`)
-``.prefect-results/``          folder: the task result cache (default location, ``--result_storage``)
-``.view-index.parquet``        Parquet: the viewer's index of the run (:mod:`flows.viewer.index`), or in
-                               a temp folder when the run folder is read-only
-``.view-index.json``           JSON: what the viewer's index was built from
-``.lock``                      text: the pid of the invocation holding the folder's ``flock``
-=============================  =======================================================================
+=================================  =======================================================================
+file (in ``data/<run_name>``)      format
+=================================  =======================================================================
+``run.json``                       JSON: defining settings, dataset fingerprint, invocation history
+                                   (:mod:`hermes_core.runfolder.run_info`)
+``batch_<n>.jsonl``                JSONL: the trajectory rows of batch n, appended with flush + fsync
+                                   (:mod:`hermes_core.runfolder.ledger`)
+``discarded.jsonl``                JSONL: one tombstone per sample discarded for lack of reasoning
+``failures.jsonl``                 JSONL: one line per prompt that failed in an invocation
+``cancelled.jsonl``                JSONL: what prompts cancelled mid-way spent (``usage``)
+``spend.json``                     JSON, one line: the usage of every ledger file, summed per file
+                                   (:mod:`hermes_core.runfolder.spend`)
+``checkpoint.json``                JSON, one line: ``{run_name, completed_prompts, batch_stats, last_updated}``
+``.ledger-index.jsonl``            JSONL: one line per closed batch file (name, size, mtime, prompt ids)
+``trajectories.jsonl``             JSONL: the merged rows, ordered by prompt_index
+                                   (:mod:`hermes_core.runfolder.postprocess`)
+``.merge-state.<f>.json``          JSON: what the merge into ``<f>`` and its statistics computed
+``statistics.json``                JSON: the run's statistics (``compute-statistics``)
+``scores.jsonl``                   JSONL: scores given to existing rows by ``hermes-batch score``, newest
+                                   last (:mod:`hermes_core.runfolder.rescores`)
+``pilot.json``                     JSON: the report of a ``--pilot`` run (:mod:`flows.pilot`)
+``trajectories_compressed.jsonl``  JSONL: ``trajectories.jsonl`` compressed to a token budget
+                                   (:mod:`hermes_core.compression`), rows in the same order
+``compression_metrics.json``       JSON: the last compression's totals, settings and per-row metrics
+``compression.jsonl``              JSONL: the compression's per-row cache (token counts, region, summary),
+                                   append-only, fsynced after each paid summary
+``.prefect-results/``              folder: the task result cache (default location, ``--result_storage``)
+``.view-index.parquet``            Parquet: the viewer's index of the run (:mod:`flows.viewer.index`), or in
+                                   a temp folder when the run folder is read-only
+``.view-index.json``               JSON: what the viewer's index was built from
+``.lock``                          text: the pid of the invocation holding the folder's ``flock``
+=================================  =======================================================================
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ __all__ = [
     "BATCH_RE",
     "CANCELLED_FILE",
     "CHECKPOINT_FILE",
+    "COMPRESSED_FILE",
+    "COMPRESSION_CACHE_FILE",
+    "COMPRESSION_METRICS_FILE",
     "DISCARDED_FILE",
     "REJECTED_FILE",
     "FAILURES_FILE",
@@ -76,6 +84,9 @@ SPEND_FILE = "spend.json"
 CHECKPOINT_FILE = "checkpoint.json"
 LEDGER_INDEX_FILE = ".ledger-index.jsonl"
 PILOT_FILE = "pilot.json"
+COMPRESSED_FILE = "trajectories_compressed.jsonl"
+COMPRESSION_METRICS_FILE = "compression_metrics.json"
+COMPRESSION_CACHE_FILE = "compression.jsonl"
 RESULTS_DIR = ".prefect-results"
 LOCK_FILE = ".lock"
 VIEW_INDEX_FILE = ".view-index.parquet"
@@ -177,6 +188,21 @@ class RunFolder:
     def pilot(self) -> Path:
         """``pilot.json``: the report of a ``--pilot`` run."""
         return self.path / PILOT_FILE
+
+    @property
+    def compressed(self) -> Path:
+        """``trajectories_compressed.jsonl``: the merged rows compressed to a token budget."""
+        return self.path / COMPRESSED_FILE
+
+    @property
+    def compression_metrics(self) -> Path:
+        """``compression_metrics.json``: the last compression's totals, settings and per-row metrics."""
+        return self.path / COMPRESSION_METRICS_FILE
+
+    @property
+    def compression_cache(self) -> Path:
+        """``compression.jsonl``: the compression's per-row cache."""
+        return self.path / COMPRESSION_CACHE_FILE
 
     @property
     def results(self) -> Path:
