@@ -8,7 +8,7 @@ runs one prompt through the agent and prints its trajectory row.
 Prefect is imported only after the environment is prepared: with no
 ``PREFECT_API_URL`` the command line starts Prefect's local API for the run
 (:mod:`flows.local_api`, in its own session) and sets safe defaults for it unless
-the user set them. ``hermes-batch view``, ``export`` and ``score`` are in
+the user set them. ``hermes-batch view``, ``export``, ``score`` and ``compress`` are in
 :mod:`flows.commands`.
 
 Exit codes: 0 every prompt finished (or a ``--pilot`` ran); 1 some prompts failed
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[:1] == ["agent"]:
             return run_agent(argv[1:])
-        if argv[:1] in (["view"], ["export"], ["score"]):
+        if argv[:1] in (["view"], ["export"], ["score"], ["compress"]):
             from flows.commands import run_command
 
             return run_command(argv[0], argv[1:])

@@ -1,4 +1,4 @@
-"""The ``view`` and ``export`` subcommands of ``hermes-batch``: argument parsing and dispatch.
+"""The ``view``, ``export``, ``score`` and ``compress`` subcommands of ``hermes-batch``: argument parsing and dispatch.
 
 ``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]
 [--allow_host NAME]`` serves the read-only viewer (any other ``Host`` header: 400);
@@ -7,7 +7,9 @@
 (``--overwrite`` replaces only an earlier export, by its manifest);
 ``hermes-batch score data/<run> [--scorer answer,judge,python:m:f] [--dataset FILE]
 [--judge_model M] [--judge_base_url URL] [--judge_rubric_file F] [--num_workers N]`` scores the
-rows again without the agent (:mod:`flows.rescore`). Both ``--flag=value`` and
+rows again without the agent (:mod:`flows.rescore`);
+``hermes-batch compress data/<run> --tokenizer T [--target_max_tokens N] ...`` compresses the rows to
+a token budget (:mod:`flows.compress`). Both ``--flag=value`` and
 ``--flag value`` work. A bad argument or an unusable folder prints one line ``error: ...``
 (naming the flag or file) and returns 2.
 """
@@ -19,7 +21,13 @@ import socket
 import sys
 from pathlib import Path
 
-__all__ = ["build_export_parser", "build_score_parser", "build_view_parser", "run_command"]
+__all__ = [
+    "build_compress_parser",
+    "build_export_parser",
+    "build_score_parser",
+    "build_view_parser",
+    "run_command",
+]
 
 
 class CommandError(Exception):
@@ -134,6 +142,71 @@ def run_score(argv: list[str]) -> int:
     return main(args)
 
 
+def build_compress_parser() -> argparse.ArgumentParser:
+    """Parser of ``hermes-batch compress``."""
+    p = _Parser(
+        prog="hermes-batch compress",
+        description="Compress a run's trajectories.jsonl to a token budget: the middle turns of a row over "
+        "--target_max_tokens become one summary turn. Writes trajectories_compressed.jsonl and "
+        "compression_metrics.json; cached per row in compression.jsonl (safe to kill and run again).",
+    )
+    p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        help="a tokenizer.json file (or a folder holding one) or a Hugging Face Hub id whose repo has one",
+    )
+    p.add_argument(
+        "--target_max_tokens", type=int, default=15250, help="token budget of a row (default 15250)"
+    )
+    p.add_argument(
+        "--protect_last_n_turns", type=int, default=4, help="last turns never compressed (default 4)"
+    )
+    p.add_argument("--summary_model", help="the summariser's model (default: the run's model)")
+    p.add_argument("--summary_base_url", help="the summariser's endpoint (default: the run's endpoint)")
+    p.add_argument(
+        "--summary_target_tokens", type=int, default=750, help="length of a summary, tokens (default 750)"
+    )
+    p.add_argument(
+        "--no_summary_notice",
+        action="store_true",
+        help="do not add the sentence saying earlier turns may be summarised to the system turn",
+    )
+    p.add_argument(
+        "--drop_over_limit", action="store_true", help="leave rows still over the target out of the output"
+    )
+    p.add_argument(
+        "--sample_percent",
+        type=float,
+        help="output only a seeded random sample of this share of the rows (0 < P <= 100), compressed",
+    )
+    p.add_argument("--seed", type=int, default=42, help="seed of --sample_percent (default 42)")
+    p.add_argument(
+        "--num_workers",
+        type=int,
+        default=8,
+        help="rows compressed at once (summary requests in flight; default 8)",
+    )
+    return p
+
+
+def run_compress(argv: list[str]) -> int:
+    """``hermes-batch compress``: see :mod:`flows.compress`. Returns the exit code."""
+    args = build_compress_parser().parse_args(argv)
+    for name in ("target_max_tokens", "summary_target_tokens", "num_workers"):
+        if getattr(args, name) < 1:
+            raise CommandError(f"--{name} {getattr(args, name)}: must be at least 1")
+    if args.protect_last_n_turns < 0:
+        raise CommandError(f"--protect_last_n_turns {args.protect_last_n_turns}: must be 0 or more")
+    if args.sample_percent is not None and not 0 < args.sample_percent <= 100:
+        raise CommandError(f"--sample_percent {args.sample_percent:g}: must be more than 0 and at most 100")
+    if not Path(args.run_dir).is_dir():
+        raise CommandError(f"{args.run_dir}: no such run folder")
+    from flows.compress import main
+
+    return main(args)
+
+
 def _check_port(host: str, port: int) -> int:
     """The port to listen on (a free one for 0), after checking that ``host:port`` can be bound."""
     if not 0 <= port <= 65535:
@@ -232,8 +305,8 @@ def run_export(argv: list[str]) -> int:
 
 
 def run_command(name: str, argv: list[str]) -> int:
-    """Run the subcommand ``name`` (``view``, ``export`` or ``score``) with its arguments; returns the exit code."""
-    commands = {"view": run_view, "export": run_export, "score": run_score}
+    """Run the subcommand ``name`` (``view``, ``export``, ``score`` or ``compress``) with its arguments; returns the exit code."""
+    commands = {"view": run_view, "export": run_export, "score": run_score, "compress": run_compress}
     try:
         return commands[name](argv)
     except CommandError as exc:
