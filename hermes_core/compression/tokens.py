@@ -9,6 +9,7 @@ are not counted, so leave a margin in ``--target_max_tokens`` for them (a few to
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def load_tokenizer(spec: str) -> TokenCounter:
         elif path.suffix == ".json" or spec.startswith((".", "/")) or spec.count("/") > 1:
             raise TokenizerError(f"--tokenizer {spec}: no such file")
         else:
-            tokenizer = Tokenizer.from_pretrained(spec)
+            tokenizer = _from_hub(spec)
     except TokenizerError:
         raise
     except Exception as exc:  # tokenizers raises plain Exception (and OSError / HTTP errors from the Hub)
@@ -82,3 +83,18 @@ def load_tokenizer(spec: str) -> TokenCounter:
         ) from None
     digest = hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()[:32]
     return TokenCounter(tokenizer, spec, f"sha256:{digest}")
+
+
+def _from_hub(repo_id: str) -> Any:
+    """``Tokenizer.from_pretrained(repo_id)`` with the Hub client's retry warnings kept off stderr (the
+    error that follows says it all): ``HF_HUB_VERBOSITY=error`` while it runs, unless the user set it
+    (the Hub client sets its log level again from that variable during the call)."""
+    from tokenizers import Tokenizer
+
+    if "HF_HUB_VERBOSITY" in os.environ:
+        return Tokenizer.from_pretrained(repo_id)
+    os.environ["HF_HUB_VERBOSITY"] = "error"
+    try:
+        return Tokenizer.from_pretrained(repo_id)
+    finally:
+        os.environ.pop("HF_HUB_VERBOSITY", None)

@@ -128,6 +128,15 @@ def test_the_tokenizer_loads_offline_and_counts_each_turns_words(counter, tokeni
         load_tokenizer(str(tmp_path / "bad.json"))
 
 
+def test_a_hub_id_that_cannot_be_fetched_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network: the Hub's (empty) cache only
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(
+        TokenizerError, match=r"^--tokenizer someorg/nomodel: cannot fetch it from the Hugging Face Hub"
+    ):
+        load_tokenizer("someorg/nomodel")
+
+
 def test_a_long_row_keeps_its_head_and_tail_whole_pairs_and_ends_under_the_target(counter, server):
     turns = long_turns()  # 23 turns, 2030 tokens
     summarise = ModelSummariser("mock/summariser", server.base_url)
