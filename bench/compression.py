@@ -1,7 +1,7 @@
 """Time and peak memory to compress rows of about 30k tokens each to the 15,250-token budget (issue 26).
 
 The rows are synthetic ShareGPT rows (a system turn, a prompt, then gpt ``<tool_call>`` / tool
-``<tool_response>`` pairs of about 600 tokens each, up to ``--tokens``), written to a JSONL file
+``<tool_response>`` pairs of about 900 tokens, up to ``--tokens``), written to a JSONL file
 first. The tokenizer is a byte-level BPE (vocabulary 8,000) trained here on the same kind of
 text (or ``--tokenizer tokenizer.json``). The summariser is the mock (``mock/summariser``, 50
 words, 0 ms) in its own process over HTTP. The compression runs in a child process
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, WORK, MockModel, emit, log, peak_rss_mb  # noqa: E402
 
 TURN_WORDS = 420
-"""Words of a generated gpt or tool turn (about 600 BPE tokens with the trained tokenizer)."""
+"""Words of a generated gpt or tool turn (about 450 BPE tokens with the trained tokenizer)."""
 
 
 def _vocabulary(rng: random.Random, n: int = 3000) -> list[str]:
