@@ -155,17 +155,15 @@ def _rescore(
     defining = run.get("defining", {})
     judge = None
     if "judge" in scorers:  # the model API client only then (openai's import is ~1 s)
-        from hermes_core.client import ModelClient, ModelOptions
-        from hermes_core.endpoints import resolve_base_url
+        from hermes_core.client import side_client
         from hermes_core.limiter import ConcurrencyLimiter
 
-        model = judge_model or defining.get("model") or "mock/judge"
-        judge = ModelClient(
-            ModelOptions(model=model, max_tokens=JUDGE_MAX_TOKENS, temperature=0.0),
-            base_url=resolve_base_url(model, judge_base_url or defining.get("base_url"), settings),
-            api_key=settings.api_key,
-            timeout=settings.request_timeout,
-            max_retries=settings.max_retries,
+        judge = side_client(
+            judge_model or defining.get("model") or "mock/judge",
+            judge_base_url,
+            settings,
+            max_tokens=JUDGE_MAX_TOKENS,
+            temperature=0.0,
             limiter=ConcurrencyLimiter(workers),
         )
     judge_facts = [judge_model, judge_base_url, judge_rubric] if judge else None

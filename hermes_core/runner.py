@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from hermes_core import spend_guard
 from hermes_core.agent import Agent, AgentConfig, AgentResult
 from hermes_core.cancel import check_cancelled, check_may_start, tracked
-from hermes_core.client import ModelClient, ModelOptions
+from hermes_core.client import ModelClient, ModelOptions, side_client
 from hermes_core.distributions import get_distribution, prompt_rng, sample_toolsets
 from hermes_core.endpoints import resolve_backend, resolve_base_url
 from hermes_core.environments import create_environment
@@ -272,14 +272,12 @@ def run_prompt(
 
 def _judge_client(spec: RunSpec, client: ModelClient, settings: HermesSettings) -> ModelClient:
     """The judge's client: the run's limiter, spend cap, key and retries; the judge's model and endpoint."""
-    model = spec.judge.model or spec.model.model
-    base_url = spec.judge.base_url or spec.base_url
-    return ModelClient(
-        ModelOptions(model=model, max_tokens=JUDGE_MAX_TOKENS, temperature=0.0),
-        base_url=resolve_base_url(model, base_url, settings),
-        api_key=settings.api_key,
-        timeout=settings.request_timeout,
-        max_retries=settings.max_retries,
+    return side_client(
+        spec.judge.model or spec.model.model,
+        spec.judge.base_url or spec.base_url,
+        settings,
+        max_tokens=JUDGE_MAX_TOKENS,
+        temperature=0.0,
         limiter=client.limiter,
         guard=client.guard,
     )
