@@ -204,6 +204,27 @@ class BatchConfig(BaseModel):
         default=True,
         description="One run-wide limit on model requests in flight, halved on 429/503 and grown back to num_workers.",
     )
+    concurrency_limit: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Name of a Prefect global concurrency limit: every prompt of every flow run that names it "
+        "holds one of its slots while it runs (on any worker or machine of the same Prefect server), so runs "
+        "sharing a provider key stay within its quota together. Slots are leased: a killed run's come back "
+        "when their lease ends.",
+    )
+    concurrency_limit_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="Slots of concurrency_limit, used only to create it when it does not exist (an existing "
+        "limit is left as it is: change it with prefect gcl update).",
+    )
+    concurrency_lease_seconds: float = Field(
+        default=120.0,
+        ge=60,
+        le=86400,
+        description="Lease of a concurrency_limit slot, seconds (renewed while the prompt runs): the slots of "
+        "a crashed or killed run are free again after at most this long (plus the server's 15 s pass).",
+    )
     pilot: int | None = Field(
         default=None,
         ge=1,

@@ -85,8 +85,13 @@ def run_prompts(
     run_id: str,
     budget: Budget,
     passed_records: set[int] | None = None,
+    request_limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """Keep ``num_workers`` prompt tasks running; record each outcome as it arrives.
+
+    ``request_limit``: the most model requests in flight of the run's limiter (the prompts'
+    ``max_requests_in_flight``), when lower than ``num_workers`` (the slots of a shared
+    ``--concurrency_limit``); None: ``num_workers``.
 
     No prompt starts once ``budget`` says the cap is reached (:meth:`~flows.budget.Budget.admission`,
     then :meth:`~flows.budget.Budget.refuse`).
@@ -119,7 +124,17 @@ def run_prompts(
     with local_dask_cluster_settings() if local_cluster else contextlib.nullcontext(), runner:
         window = config.num_workers + queued
         return _sliding_window(
-            config, pending, ledger, progress, stop, runner, window, run_id, budget, passed_records
+            config,
+            pending,
+            ledger,
+            progress,
+            stop,
+            runner,
+            window,
+            run_id,
+            budget,
+            passed_records,
+            request_limit,
         )
 
 
@@ -134,6 +149,7 @@ def _sliding_window(
     run_id: str,
     budget: Budget,
     passed_records: set[int] | None = None,
+    request_limit: int | None = None,
 ) -> list[dict[str, Any]]:
     task = run_prompt_task.with_options(
         retries=config.retries,
@@ -141,6 +157,8 @@ def _sliding_window(
         retry_condition_fn=retry_condition(retry_timeouts=config.retry_timeouts),
     )
     spec = config.run_spec().model_copy(update={"run_id": run_id})
+    if request_limit is not None:
+        spec = spec.model_copy(update={"max_requests_in_flight": min(request_limit, config.num_workers)})
     done: queue.SimpleQueue = queue.SimpleQueue()
     queued = iter(pending)  # in prompt order, each record read from the dataset when it is submitted
     in_flight = 0
@@ -175,6 +193,9 @@ def _sliding_window(
             held.append(job)
             return False
         parameters = {"job": wrap(job), "spec": wrap(spec), "api_key_secret": config.api_key_secret}
+        if config.concurrency_limit:  # else the task's defaults: no parameter more per task run
+            parameters["concurrency_limit"] = config.concurrency_limit
+            parameters["concurrency_lease_seconds"] = config.concurrency_lease_seconds
         future = runner.submit(task, parameters)
         future.add_done_callback(lambda fut, job=job: done.put((job, fut)))
         return True

@@ -35,7 +35,7 @@ from flows import pilot as pilot_run
 from flows.budget import BUDGET_REACHED, Budget
 from flows.config import BatchConfig, options_docstring, options_signature
 from flows.dispatch import run_prompts
-from flows.prefect_adapter import set_parameters
+from flows.prefect_adapter import ensure_concurrency_limit, set_parameters
 from flows.progress import RunProgress, meter_text
 from flows.report import finish_run, run_meter
 from flows.stopping import RunStop
@@ -43,7 +43,7 @@ from flows.tuning import limit_malloc_arenas, tune_garbage_collector
 from hermes_core import cancel, spend_guard
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
-from hermes_core.exceptions import FAILURE_KINDS
+from hermes_core.exceptions import FAILURE_KINDS, ConfigError
 from hermes_core.limiter import run_limiter
 from hermes_core.runfolder.early_stop import passed_ids
 from hermes_core.runfolder.folder import RunFolder
@@ -84,6 +84,7 @@ def _generate_trajectories(**options: Any) -> State:
     resume = config.resume or retried
     run_dir = config.run_dir
     cancel.hold_new_prompts(False)  # a budget stop of an earlier flow run in this process is over
+    shared_slots, shared_line = _shared_limit(config, logger)
     with RunStop(flow_run.id) as stop, RunLock(run_dir):
         check_run_dir(
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
@@ -136,11 +137,16 @@ def _generate_trajectories(**options: Any) -> State:
             f"run {config.run_name}: {len(ids)} prompts, {done_before} already finished, "
             + (f"{held} skipped (their record passed), " if held else "")
             + f"{len(pending)} to run with {config.num_workers} workers"
+            + (f", {shared_line}" if shared_line else "")
         )
         logger.info("%s", start_line)
         budget = Budget.of(config, ledger.spend)
+        # the run-wide limiter stays inside the shared limit's slots (its prompts hold at most that many)
+        request_limit = min(config.num_workers, shared_slots) if shared_slots else None
         limiter = (
-            run_limiter(info.run_id, config.num_workers, adaptive=config.adaptive_concurrency)
+            run_limiter(
+                info.run_id, request_limit or config.num_workers, adaptive=config.adaptive_concurrency
+            )
             if config.task_runner == "threads"
             else None  # each Dask worker process has its own
         )
@@ -153,7 +159,7 @@ def _generate_trajectories(**options: Any) -> State:
             spend_guard.register(info.run_id, budget)  # checked before each model request of this process
         try:
             failed = image_failed + run_prompts(
-                config, jobs, ledger, progress, stop, info.run_id, budget, passed_records
+                config, jobs, ledger, progress, stop, info.run_id, budget, passed_records, request_limit
             )
         finally:
             spend_guard.unregister(info.run_id)
@@ -228,6 +234,48 @@ def _generate_trajectories(**options: Any) -> State:
             )
         )
     return Completed(message=f"{stats['completed']} trajectories in {RunFolder(run_dir).trajectories}")
+
+
+def _shared_limit(config: BatchConfig, logger) -> tuple[int | None, str]:
+    """The slots of ``--concurrency_limit`` (created with ``--concurrency_limit_slots`` when missing).
+
+    Logs one line: the limit, its size, and whether this run created it.
+
+    Returns:
+        ``(slots, text)``: ``(None, "")`` without ``--concurrency_limit``; else the limit's size and
+        the start line's words for it (``shared limit NAME: N slots``, ``(created)`` when it was).
+
+    Raises:
+        ConfigError: the limit does not exist and no ``--concurrency_limit_slots`` was given, or it is inactive.
+    """
+    name = config.concurrency_limit
+    if not name:
+        return None, ""
+    try:
+        slots, created = ensure_concurrency_limit(name, config.concurrency_limit_slots)
+    except LookupError as exc:
+        raise ConfigError(str(exc)) from None
+    if created:
+        logger.info(
+            "created the global concurrency limit %s with %d slots: every prompt of every run naming it "
+            "holds one (lease %g s)",
+            name,
+            slots,
+            config.concurrency_lease_seconds,
+        )
+    else:
+        ignored = config.concurrency_limit_slots not in (None, slots)
+        logger.info(
+            "global concurrency limit %s: %d slots shared by every run naming it (lease %g s)%s",
+            name,
+            slots,
+            config.concurrency_lease_seconds,
+            f"; it exists, so --concurrency_limit_slots {config.concurrency_limit_slots} is ignored "
+            f"(change it with `prefect gcl update {name} --limit N`)"
+            if ignored
+            else "",
+        )
+    return slots, f"shared limit {name}: {slots} slots" + (" (created)" if created else "")
 
 
 set_parameters(_generate_trajectories, options_signature(), options_docstring())  # one parameter per option

@@ -25,6 +25,12 @@ falls back silently: an internal that is gone raises.
   (``task_run_name`` / ``flow_run_name``, loggers under ``prefect.task_runs`` /
   ``prefect.flow_runs``), which the console uses to sort the lines it shows.
 
+* :func:`ensure_concurrency_limit` / :func:`concurrency_limit_usage`: a global concurrency limit
+  (``--concurrency_limit``) created when missing and read back, through the client's public
+  ``create_global_concurrency_limit`` / ``read_global_concurrency_limit_by_name`` (no internal:
+  here so that the flow's Prefect calls stay in one place). The prompt task's slot itself
+  (:mod:`tasks.shared_limit`, which may not import ``flows``) uses the public client too.
+
 Everything else in ``flows/`` and ``tasks/`` uses Prefect's public API only: ``flow``/``task``,
 ``prefect.runtime``, states, artifacts, ``quote``, the task runners, and the client
 (``get_client(sync_client=True)``: ``read_flow_run``, ``set_flow_run_state``) that
@@ -184,8 +190,67 @@ def run_log_names(record: logging.LogRecord) -> tuple[str | None, str | None]:
     return record.__dict__.get("task_run_name"), record.__dict__.get("flow_run_name")
 
 
+def ensure_concurrency_limit(name: str, slots: int | None) -> tuple[int, bool]:
+    """The global concurrency limit ``name``: created with ``slots`` slots when it does not exist.
+
+    An existing limit is left as it is (other runs share it), whatever ``slots`` says.
+
+    Args:
+        name: the limit's name.
+        slots: its size when it must be created, or None (then it must exist).
+
+    Returns:
+        ``(size, created)``: the limit's number of slots, and True when this call created it.
+
+    Raises:
+        LookupError: the limit does not exist and ``slots`` is None (the message says how to create it),
+            or it is inactive (its slots would not be counted).
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        created = False
+        try:
+            limit = client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            if slots is None:
+                raise LookupError(
+                    f"no global concurrency limit {name!r} on the Prefect server: create it with "
+                    f"`prefect gcl create {name} --limit N`, or pass --concurrency_limit_slots N"
+                ) from None
+            try:
+                client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=slots))
+                created = True
+            except ObjectAlreadyExists:  # another run created it meanwhile
+                pass
+            limit = client.read_global_concurrency_limit_by_name(name)
+    if not limit.active:
+        raise LookupError(
+            f"global concurrency limit {name!r} is inactive (its slots are not counted): "
+            f"`prefect gcl enable {name}`"
+        )
+    return limit.limit, created
+
+
+def concurrency_limit_usage(name: str) -> dict[str, Any]:
+    """``{"limit": slots, "active_slots": taken now, "active": bool}`` of the global concurrency limit ``name``.
+
+    Raises:
+        prefect.exceptions.ObjectNotFound: no such limit.
+    """
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name(name)
+    return {"limit": limit.limit, "active_slots": limit.active_slots, "active": limit.active}
+
+
 __all__ = [
     "LOCAL_API_APP",
+    "concurrency_limit_usage",
+    "ensure_concurrency_limit",
     "TASK_RUN_LOGGERS",
     "drain_log_and_event_workers",
     "flow_heartbeats_off",

@@ -27,6 +27,7 @@ from hermes_core.redaction import install_log_redaction, register_secret, scrub_
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
 from hermes_core.settings import HermesSettings
 from hermes_core.usage import Usage
+from tasks.shared_limit import DEFAULT_LEASE_SECONDS, hold_slot
 
 CACHE_KEY_PREFIX = "hermes-prompt-"
 
@@ -98,8 +99,19 @@ def _settings(api_key_secret: str | None) -> HermesSettings:
     retry_delay_seconds=[2, 10, 30],
     retry_condition_fn=retry_condition(),
 )
-def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = None) -> PromptOutcome:
+def run_prompt_task(
+    job: PromptJob,
+    spec: RunSpec,
+    api_key_secret: str | None = None,
+    concurrency_limit: str | None = None,
+    concurrency_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> PromptOutcome:
     """Run one prompt (see :func:`hermes_core.runner.run_prompt`); raise on failure.
+
+    With ``concurrency_limit`` (``--concurrency_limit``), the attempt holds one slot of that Prefect
+    global concurrency limit while it runs, leased for ``concurrency_lease_seconds``
+    (:func:`tasks.shared_limit.hold_slot`): it waits for a free slot first, so every model request
+    of the prompt happens inside the slot.
 
     Raises:
         HermesError: the prompt failed (an exception of another library arrives as an
@@ -115,7 +127,12 @@ def run_prompt_task(job: PromptJob, spec: RunSpec, api_key_secret: str | None = 
     attempt = task_run.run_count or 1
     key = job.prompt_id
     try:
-        outcome = run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
+        with hold_slot(
+            concurrency_limit,
+            lease_seconds=concurrency_lease_seconds,
+            holder=task_run.id if concurrency_limit else None,
+        ):
+            outcome = run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
     except Exception as exc:
         failure = scrub_exception(exc)
         failure.attempts = attempt
