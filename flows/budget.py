@@ -259,6 +259,11 @@ class Budget:
             "overshoot_tokens": over_tokens,
         }
 
+    def spent_text(self) -> str:
+        """What the whole run spent so far: ``4512 tokens, $0.0123`` (``cost n/a`` when no cost is known)."""
+        cost = self.cost
+        return f"{self.spent.total_tokens} tokens, " + ("cost n/a" if cost is None else f"${cost:.4f}")
+
     def message(self, done: int, total: int) -> str:
         """``N of M prompts done, $S spent of $C cap; raise the cap and resume to continue`` (tokens too)."""
         parts = []

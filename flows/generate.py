@@ -230,6 +230,7 @@ def _generate_trajectories(**options: Any) -> State:
         return Failed(
             message=(
                 f"{len(failed)} of {len(ids)} prompts failed (see {RunFolder(run_dir).failures}); "
+                f"{stats['completed']} trajectories, the run spent {budget.spent_text()}; "
                 "every other output is written. A retry of this flow run re-attempts only the failed prompts."
             )
         )
