@@ -243,6 +243,13 @@ def preflight(config: Any, api_key: str | None = None) -> int:
             require_key(base, settings.api_key)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
+    if config.compress_to_tokens:  # a tokenizer that does not load fails now, not after the prompts
+        from hermes_core.compression import TokenizerError, load_tokenizer
+
+        try:
+            load_tokenizer(config.tokenizer)
+        except TokenizerError as exc:
+            raise CliError(str(exc)) from None
     if resolve_backend(config.terminal_env, settings) == "docker":  # one line, not one per prompt
         from hermes_core.environments.docker_engine import EngineUnavailable, ping_engine
 

@@ -43,6 +43,7 @@ from pydantic.fields import FieldInfo
 
 from hermes_core.agent import AgentConfig
 from hermes_core.client import ModelOptions
+from hermes_core.compression.algorithm import DEFAULT_TARGET_MAX_TOKENS, CompressionSettings
 from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import JudgeSpec, RunSpec
@@ -159,6 +160,39 @@ class BatchConfig(BaseModel):
         default="all",
         description="Rows trajectories.jsonl keeps: all; passed (metadata.passed true); best (per record, "
         "the highest mean score, ties to the fewest model calls). The others go to rejected.jsonl.",
+    )
+    compress_to_tokens: int | None = Field(
+        default=None,
+        ge=64,
+        description="After the merge, compress each row over this many tokens (the tokenizer's) to it: a middle "
+        "region of turns becomes one summary turn (trajectories_compressed.jsonl, compression_metrics.json). "
+        "Needs tokenizer.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Tokenizer that counts a row's tokens for compress_to_tokens: a tokenizer.json file or a "
+        "Hugging Face Hub id (e.g. moonshotai/Kimi-K2-Thinking).",
+    )
+    summary_model: str | None = Field(
+        default=None, description="Model that writes the summaries of compression (default: the run's model)."
+    )
+    summary_base_url: str | None = Field(
+        default=None, description="Endpoint of summary_model (default: the run's endpoint)."
+    )
+    summary_target_tokens: int = Field(
+        default=750, ge=16, le=8192, description="Length a summary is asked to have, tokens."
+    )
+    protect_last_n_turns: int = Field(
+        default=4, ge=0, le=1000, description="Turns at the end of a row that compression never replaces."
+    )
+    summary_notice: bool = Field(
+        default=True,
+        description="A compressed row's system turn gains one sentence saying earlier tool output may be summarised.",
+    )
+    drop_over_limit: bool = Field(
+        default=False,
+        description="Leave out of trajectories_compressed.jsonl the rows still over compress_to_tokens after "
+        "compression (they are kept and counted otherwise).",
     )
     api_key_secret: str | None = Field(
         default=None,
@@ -302,6 +336,12 @@ class BatchConfig(BaseModel):
     def _known_scorers(cls, value: str) -> str:
         return ",".join(check_scorers([name.strip() for name in value.split(",") if name.strip()]))
 
+    @model_validator(mode="after")
+    def _compression_needs_a_tokenizer(self) -> BatchConfig:
+        if self.compress_to_tokens and not self.tokenizer:
+            raise ValueError("compress_to_tokens needs tokenizer (a tokenizer.json file or a Hub id)")
+        return self
+
     @field_validator("judge_rubric_file")
     @classmethod
     def _readable_rubric(cls, value: str | None) -> str | None:
@@ -370,6 +410,17 @@ class BatchConfig(BaseModel):
                 base_url=self.judge_base_url,
                 rubric=load_rubric(self.judge_rubric_file) if self.judge_rubric_file else None,
             ),
+        )
+
+    def compression_settings(self) -> CompressionSettings:
+        """The settings of the compression step (``compress_to_tokens`` set); the summary model defaults to the run's."""
+        return CompressionSettings(
+            target_max_tokens=self.compress_to_tokens or DEFAULT_TARGET_MAX_TOKENS,
+            protect_last_n_turns=self.protect_last_n_turns,
+            summary_target_tokens=self.summary_target_tokens,
+            summary_notice=self.summary_notice,
+            summary_model=self.summary_model or self.model,
+            drop_over_limit=self.drop_over_limit,
         )
 
     def defining_settings(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from rich.text import Text
 
 from flows.prefect_adapter import TASK_RUN_LOGGERS, run_log_names
 from flows.progress import LISTENERS, RunProgress, meter_text
+from hermes_core.compression import describe_compression
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.scoring import describe_pass_at_k, describe_scores
 from tasks.statistics import describe_stopped
@@ -301,6 +302,8 @@ def print_summary(config: Any, state: Any) -> None:
         out.print(f"Scores: {describe_scores(stats['scores'])}")
     if stats.get("pass_at_k"):
         out.print(f"Pass: {describe_pass_at_k(stats['pass_at_k'], stats.get('pass_hat_k'))}")
+    if stats.get("compression"):
+        out.print(f"Compression: {describe_compression(stats['compression'])}")
     if stats.get("stopped_when_passed"):
         out.print(f"Stopped when passed: {describe_stopped(stats['stopped_when_passed'])}")
     out.print(

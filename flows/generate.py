@@ -41,6 +41,7 @@ from flows.report import finish_run, run_meter
 from flows.stopping import RunStop
 from flows.tuning import limit_malloc_arenas, tune_garbage_collector
 from hermes_core import cancel, spend_guard
+from hermes_core.compression import load_tokenizer
 from hermes_core.endpoints import resolve_backend
 from hermes_core.environments import isolation_warning, network_warning
 from hermes_core.exceptions import FAILURE_KINDS, ConfigError
@@ -90,6 +91,8 @@ def _generate_trajectories(**options: Any) -> State:
             run_dir, config.defining_settings(), resume=resume, overwrite=config.overwrite and not retried
         )
         dataset = read_dataset_task(config, settings)
+        if config.compress_to_tokens:  # a tokenizer that does not load fails the run before any prompt
+            load_tokenizer(config.tokenizer)
         samples = config.samples_per_prompt
         ids = prompt_ids(dataset, config.settings_hash(), samples)  # by slot; records stay on disk
         info = start_invocation(
@@ -201,6 +204,8 @@ def _generate_trajectories(**options: Any) -> State:
             facts={**facts, "budget_reached": budget.reached},
             run_control=run_control,
             samples_skipped=skipped,
+            limiter=limiter,
+            budget=budget,
         )
         duration = time.monotonic() - started
         publish_task(config, stats, failed, warnings)

@@ -13,7 +13,9 @@ a later ``--resume`` does not pay for them again) and writes ``pilot.json``::
 It exits 0 (even when some drawn prompts failed: the failure rate is part of the report),
 unless the spend cap was reached first (exit 3, ``pilot.json`` still written).
 
-The projection multiplies the per-prompt means by the dataset's size; the wall time is
+A prompt's cost includes the summary that compressed its row (``--compress_to_tokens``: the
+pilot's rows are compressed like any run's). The projection multiplies the per-prompt means by
+the dataset's size; the wall time is
 ``mean prompt duration x total prompts / num_workers`` (prompts in flight at once), which
 assumes the pilot's latencies and no rate limit below ``num_workers``.
 """
@@ -30,6 +32,7 @@ from typing import Any, TypeVar
 from hermes_core.runfolder.folder import BATCH_RE, RunFolder
 from hermes_core.runfolder.ledger import row_prompt_id
 from hermes_core.runfolder.spend import Spend
+from hermes_core.usage import Usage
 
 T = TypeVar("T")
 
@@ -72,7 +75,12 @@ def report(config: Any, drawn: Collection[str], run_dir: Path, *, total_prompts:
     tombs = {t["prompt_id"]: t for t in _jsonl(folder.discarded) if t.get("prompt_id") in wanted}
     fails = {f["prompt_id"]: f for f in _jsonl(folder.failures) if f.get("prompt_id") in wanted}
     fails = {pid: f for pid, f in fails.items() if pid not in rows and pid not in tombs}
-    usages = [r["metadata"].get("usage") for r in rows.values()] + [t.get("usage") for t in tombs.values()]
+    summaries = _summary_usage(folder, wanted)  # --compress_to_tokens: a row's summary is part of its cost
+    usages = [
+        Usage.total([Usage.from_dict(r["metadata"].get("usage")), summaries.get(pid)])
+        for pid, r in rows.items()
+    ]
+    usages += [t.get("usage") for t in tombs.values()]
     usages += [f.get("usage") for f in fails.values()]
     price_in, price_out = config.price_per_mtok_in, config.price_per_mtok_out
     tokens, costs = [], []
@@ -152,6 +160,19 @@ def markdown(report: dict) -> str:
         + (", ".join(f"{t} {c:g}" for t, c in report["tool_calls_per_prompt"].items()) or "none"),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _summary_usage(folder: RunFolder, wanted: set[str]) -> dict[str, Usage]:
+    """prompt_id -> the usage of the summary that compressed its row (compression_metrics.json), for ``wanted``."""
+    try:
+        rows = json.loads(folder.compression_metrics.read_text(encoding="utf-8"))["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {
+        r["prompt_id"]: Usage.from_dict(r["summariser_usage"])
+        for r in rows
+        if isinstance(r, dict) and r.get("prompt_id") in wanted and r.get("summariser_usage")
+    }
 
 
 def _usd(value: float | None, digits: int) -> str:

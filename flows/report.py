@@ -16,6 +16,7 @@ from prefect.utilities.annotations import quote
 from flows.budget import Budget, projection
 from flows.config import BatchConfig
 from hermes_core.runfolder.run_info import RunInfo, finish_invocation
+from tasks.compress import compress_task, strict_guard
 from tasks.merge import merge_task
 from tasks.statistics import statistics_task
 
@@ -31,8 +32,11 @@ def finish_run(
     run_control: dict[str, Any] | None = None,
     in_flow: bool = True,
     samples_skipped: int | None = None,
+    limiter=None,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
-    """Merge the batch files, record the invocation's end in run.json, write statistics.json.
+    """Merge the batch files, compress them (``--compress_to_tokens``), record the invocation's end
+    in run.json, write statistics.json.
 
     Args:
         config: the run's options.
@@ -46,6 +50,8 @@ def finish_run(
             calls their functions directly (no Prefect API needed).
         samples_skipped: with ``--stop_when_passed``, the samples held back now (pending, of a
             record with a passing row); None without the option.
+        limiter / budget: the run's request limiter and spend cap, which the compression's
+            summary requests take (None: no limit, no cap).
 
     Returns:
         The statistics (what statistics.json holds).
@@ -57,6 +63,11 @@ def finish_run(
     )
     indexes = quote(index_of) if in_flow else index_of
     merge = merge_step(config.run_dir, indexes, config.keep)
+    if config.compress_to_tokens:
+        compress_step = compress_task if in_flow else compress_task.fn
+        guard = strict_guard(budget) if budget is not None and budget.capped else None
+        compression = compress_step(config, limiter, guard)
+        run_control = {**(run_control or {}), "compression": compression}
     finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)
     return statistics_step(
         config, merge, indexes, info.total_duration, failed_ids, run_control, samples_skipped

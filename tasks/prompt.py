@@ -45,7 +45,7 @@ def provide_api_key(key: str) -> None:
     global _provided_key
     _provided_key = SecretStr(key)
     register_secret(key)
-    _settings.cache_clear()
+    settings_of.cache_clear()
 
 
 def prompt_cache_key(context, parameters: dict) -> str:
@@ -75,7 +75,9 @@ def retry_condition(*, retry_timeouts: bool = False) -> Callable[..., bool]:
 
 
 @lru_cache(maxsize=8)
-def _settings(api_key_secret: str | None) -> HermesSettings:
+def settings_of(api_key_secret: str | None) -> HermesSettings:
+    """The process's settings, with the API key of the Prefect Secret block ``api_key_secret`` when given
+    (registered for redaction), else the key the command line was given, else the environment's."""
     if api_key_secret:
         from prefect.blocks.system import Secret
 
@@ -132,7 +134,7 @@ def run_prompt_task(
             lease_seconds=concurrency_lease_seconds,
             holder=task_run.id if concurrency_limit else None,
         ):
-            outcome = run_prompt(job, spec, _settings(api_key_secret), attempt=attempt)
+            outcome = run_prompt(job, spec, settings_of(api_key_secret), attempt=attempt)
     except Exception as exc:
         failure = scrub_exception(exc)
         failure.attempts = attempt

@@ -16,6 +16,7 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
 
+from hermes_core.compression import describe_compression
 from hermes_core.runfolder.early_stop import stopped_statistics
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.postprocess import MergeResult, compute_statistics, write_json_atomic
@@ -168,6 +169,11 @@ def summary_markdown(config, stats: dict[str, Any]) -> str:
         *(
             [f"| pass@k | {describe_pass_at_k(stats['pass_at_k'], stats.get('pass_hat_k'))} |"]
             if stats.get("pass_at_k")
+            else []
+        ),
+        *(
+            [f"| compression | {describe_compression(stats['compression'])} |"]
+            if stats.get("compression")
             else []
         ),
         *(

@@ -15,7 +15,12 @@ from hermes_core.compression.algorithm import (
     RowResult,
     compress_row,
 )
-from hermes_core.compression.batch import STATUSES, CompressionInputError, compress_jsonl
+from hermes_core.compression.batch import (
+    STATUSES,
+    CompressionInputError,
+    compress_jsonl,
+    describe_compression,
+)
 from hermes_core.compression.summariser import (
     SUMMARY_PREFIX,
     ModelSummariser,
@@ -41,5 +46,6 @@ __all__ = [
     "TokenizerError",
     "compress_jsonl",
     "compress_row",
+    "describe_compression",
     "load_tokenizer",
 ]

@@ -112,8 +112,9 @@ def merge_state_name(merged_name: str) -> str:
 
 
 def is_ledger_file(name: str) -> bool:
-    """True for the name of a ledger file whose lines carry a ``usage``: a batch file or one of :data:`LEDGER_FILES`."""
-    return name in LEDGER_FILES or BATCH_RE.match(name) is not None
+    """True for the name of a file whose lines carry a ``usage`` the run paid for: a batch file, one of
+    :data:`LEDGER_FILES`, or the compression's cache (its summaries; :mod:`hermes_core.runfolder.spend`)."""
+    return name in LEDGER_FILES or name == COMPRESSION_CACHE_FILE or BATCH_RE.match(name) is not None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Every ledger line that cost something carries a ``usage`` (``{prompt_tokens, completion_tokens,
 reasoning_tokens, cost}``): trajectory rows (``metadata.usage``), discard tombstones and failure
-lines (``usage``). The run's spend is their sum, over every invocation.
+lines (``usage``), and the compression's summaries (``compression.jsonl``: their cost counts, but
+they are no prompt records). The run's spend is their sum, over every invocation.
 
 A resume must not JSON-parse every row of a million-row run, so ``spend.json`` keeps the sum
 per ledger file with the file's size when it was counted::
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core.runfolder.files import write_json_atomic
-from hermes_core.runfolder.folder import RunFolder, is_ledger_file
+from hermes_core.runfolder.folder import COMPRESSION_CACHE_FILE, RunFolder, is_ledger_file
 from hermes_core.usage import Usage
 
 
@@ -56,13 +57,14 @@ class Spend:
         """prompt + completion tokens."""
         return self.prompt_tokens + self.completion_tokens
 
-    def add_usage(self, usage: Usage | dict[str, Any] | None) -> None:
+    def add_usage(self, usage: Usage | dict[str, Any] | None, *, record: bool = True) -> None:
         """Count one record's usage: a :class:`~hermes_core.usage.Usage`, or its stored dict form
         (read with :meth:`Usage.from_dict <hermes_core.usage.Usage.from_dict>`; None or malformed:
-        a record that spent nothing known)."""
+        a record that spent nothing known). ``record`` False: a cost that is not a prompt's own
+        record (a summary of the compression), added without counting a record."""
         if not isinstance(usage, Usage):
             usage = Usage.from_dict(usage)
-        self.records += 1
+        self.records += record
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         if usage.cost is not None:
@@ -161,6 +163,7 @@ class SpendTally:
 def _parse(path: Path, offset: int) -> Spend:
     """Sum the usage of the JSON lines of ``path`` from byte ``offset`` (rows: ``metadata.usage``)."""
     spend = Spend()
+    summaries = path.name == COMPRESSION_CACHE_FILE
     with open(path, "rb") as fh:
         fh.seek(offset)
         for line in fh:
@@ -174,6 +177,10 @@ def _parse(path: Path, offset: int) -> Spend:
                 continue
             metadata = obj.get("metadata")
             usage = metadata.get("usage") if isinstance(metadata, dict) else obj.get("usage")
+            if summaries:  # a summary's cost is the run's, but it is no prompt record
+                if usage:
+                    spend.add_usage(usage, record=False)
+                continue
             spend.add_usage(usage)
     return spend
 
