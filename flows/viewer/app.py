@@ -16,6 +16,8 @@ Routes:
   integer out of range is a 422;
 * ``GET /prompt/<prompt_index>`` - one prompt; query ``sample`` (the sample index with
   ``--samples_per_prompt``, default 0) and the list's filters (previous/next follow the filtered list);
+  when the run has a compressed version of the row (``trajectories_compressed.jsonl``), its figures
+  and the original and compressed turns side by side (:mod:`flows.viewer.compression`);
 * ``GET /static/viewer.css``.
 """
 
@@ -35,6 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from flows.viewer import compression
 from flows.viewer.index import STATUS_LABELS, STATUSES, Filters, RunIndex
 from flows.viewer.render import pretty, row_facts, score_views, turn_views
 from flows.viewer.scores import OUTCOME_LABELS, OUTCOMES
@@ -213,6 +216,7 @@ def create_app(
             "outcomes": OUTCOMES,
             "score_counts": index.score_counts(),
             "samples": int(index.info.get("samples_per_prompt") or 1),
+            "compression": compression.summary_text(index.compression) if index.compression else None,
             "href": lambda e: _prompt_href(filters, e["prompt_index"], e["sample_index"]),
         }
         return templates.TemplateResponse(request, "run.html", context)
@@ -233,6 +237,9 @@ def create_app(
         row = scrub(row) if row is not None else None
         rescored = (index.rescores(entry).get(entry["prompt_id"]) or {}).get("score", {})
         tombstone = index.tombstone(entry)
+        packed = index.compressed_row(entry)
+        packed = scrub(packed) if packed is not None else None
+        compressed = compression.row_view(index.compression_figures(entry), row, packed)
         previous, following = index.neighbours(prompt_index, sample, filters)
         context = {
             "summary": read_summary(run_dir),
@@ -242,6 +249,8 @@ def create_app(
             "scores": score_views(row, rescored) if row else [],
             "samples": int(index.info.get("samples_per_prompt") or 1),
             "turns": turn_views(row["conversations"]) if row else [],
+            "compression": compressed,
+            "run_compression": compression.summary_text(index.compression) if index.compression else None,
             "prompt": "" if row else redactor().redact(index.prompt_text(prompt_index)),
             "tombstone": pretty(scrub(tombstone)) if tombstone else None,
             "failures": scrub(index.failures(entry)),

@@ -18,6 +18,11 @@ Status of a prompt (first that applies):
 * ``failed`` - a line in ``failures.jsonl`` and nothing else;
 * ``pending`` - nothing yet: not run.
 
+When the run was compressed to a token budget (``hermes-batch compress``), a kept row also has
+the offset of its compressed row in ``trajectories_compressed.jsonl`` (matched by prompt_id) and
+its figures from ``compression_metrics.json`` (:mod:`flows.viewer.compression`);
+:attr:`RunIndex.compression` holds the run's totals and settings.
+
 Each prompt also has a score outcome (``passed``, ``failed``, ``errored`` or none) and the mean of
 its score values, with the re-scores of ``scores.jsonl`` laid over its row (:mod:`flows.viewer.scores`);
 :meth:`RunIndex.row` returns the row with them laid over too.
@@ -40,7 +45,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from flows.viewer import scores
+from flows.viewer import compression, scores
 from hermes_core.dataset import DatasetError, read_dataset
 from hermes_core.runfolder.files import (  # the merge's own file reading
     atomic_writer,
@@ -67,7 +72,7 @@ __all__ = [
     "RunIndex",
 ]
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 HEAD_CHARS = 120
 REFRESH_SECONDS = 1.0
 
@@ -106,6 +111,16 @@ _SCHEMA = {
     "fail_lengths": pl.List(pl.Int64),
     "rescore_offsets": pl.List(pl.Int64),
     "rescore_lengths": pl.List(pl.Int64),
+    "comp_offset": pl.Int64,
+    "comp_length": pl.Int64,
+    "comp_status": pl.String,
+    "comp_tokens_before": pl.Int64,
+    "comp_tokens_after": pl.Int64,
+    "comp_turns_before": pl.Int64,
+    "comp_turns_after": pl.Int64,
+    "comp_region_first": pl.Int64,
+    "comp_region_last": pl.Int64,
+    "comp_error": pl.String,
 }
 _SPACE = re.compile(r"\s+")
 
@@ -185,6 +200,8 @@ class RunIndex:
         table: one row per prompt (columns of ``_SCHEMA`` without ``prompt``), by prompt_index.
         notes: sentences about what could not be read (dataset missing or changed, orphan rows).
         build_seconds: time of the last build (0.0 when the cache was used).
+        compression: ``{"totals", "settings"}`` of ``compression_metrics.json``, or None when the
+            run was not compressed (:mod:`flows.viewer.compression`).
     """
 
     def __init__(self, run_dir: Path, dataset: Path | None, valid_tools: Collection[str]):
@@ -198,6 +215,7 @@ class RunIndex:
         self.notes: list[str] = []
         self.build_seconds = 0.0
         self.info: dict[str, Any] = {}
+        self.compression: dict[str, Any] | None = None
         self._cache_dir = self.run_dir
 
     @classmethod
@@ -232,6 +250,7 @@ class RunIndex:
         files = [*batch_files(self.run_dir)]
         folder = RunFolder(self.run_dir)
         files += [folder.discarded, folder.failures, folder.rejected, folder.scores, folder.run_json]
+        files += [folder.compressed, folder.compression_metrics]
         dataset = self._dataset_path()
         if dataset is not None:
             files.append(dataset)
@@ -284,6 +303,7 @@ class RunIndex:
             columns = [c for c in _SCHEMA if c != "prompt"]
             self.table = pl.read_parquet(table_path, columns=columns)
             self.notes = list(meta.get("notes", []))
+            self.compression = meta.get("compression")
             self.build_seconds = 0.0
             return True
         return False
@@ -302,6 +322,8 @@ class RunIndex:
         rejected = self._scan_rejected()
         tombs = self._scan_tombstones()
         failures = self._scan_failures()
+        packed, figures = self._scan_compression(notes)
+        no_figures = (None,) * len(compression.ROW_FIGURES)
         if prompts is None:  # no dataset: list what the run folder knows
             prompts = {
                 pid: (found.prompt_index, found.prompt, found.sample_index or 0)
@@ -330,6 +352,8 @@ class RunIndex:
                 if status == "failed" and fails[-1][3] == "infra":
                     outcome = "errored"
             lines = rescored.lines.get(pid, ()) if found is not None else ()
+            where = packed.get(pid) if found is not None else None
+            figure = figures.get(pid, no_figures) if found is not None else no_figures
             values = {
                 "prompt_index": index,
                 "prompt_id": pid,
@@ -352,10 +376,15 @@ class RunIndex:
                 "fail_lengths": [f[2] for f in fails],
                 "rescore_offsets": [offset for offset, _ in lines],
                 "rescore_lengths": [length for _, length in lines],
+                "comp_offset": where[0] if where else None,
+                "comp_length": where[1] if where else None,
+                **{
+                    f"comp_{name}": value for name, value in zip(compression.ROW_FIGURES, figure, strict=True)
+                },
             }
             for name, value in values.items():
                 columns[name].append(value)
-        del prompts, rows, tombs, failures
+        del prompts, rows, tombs, failures, packed, figures
         full = pl.DataFrame(columns, schema=_SCHEMA).sort("prompt_index", "sample_index")
         del columns
         self.build_seconds = round(time.monotonic() - started, 3)
@@ -365,7 +394,12 @@ class RunIndex:
 
     def _write_cache(self, full: pl.DataFrame, signature: dict[str, list[int]]) -> None:
         """Write the table and its signature into the run folder, or a temp folder when it is read-only."""
-        meta = {"signature": signature, "notes": self.notes, "build_seconds": self.build_seconds}
+        meta = {
+            "signature": signature,
+            "notes": self.notes,
+            "build_seconds": self.build_seconds,
+            "compression": self.compression,
+        }
         for folder in (self.run_dir, self._fallback_dir()):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -421,6 +455,31 @@ class RunIndex:
                     length=len(raw),
                 )
         return rows, hallucinated
+
+    def _scan_compression(
+        self, notes: list[str]
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[Any, ...]]]:
+        """(prompt_id -> offset and length in ``trajectories_compressed.jsonl``, prompt_id -> figures of
+        ``compression_metrics.json``); sets :attr:`compression` (None when the run has no compressed file)."""
+        folder = RunFolder(self.run_dir)
+        self.compression = None
+        if not folder.compressed.is_file():
+            return {}, {}
+        packed = compression.scan_compressed(folder.compressed)
+        summary, figures = compression.scan_metrics(folder.compression_metrics)
+        self.compression = summary
+        if summary is None:
+            notes.append(f"{folder.compression_metrics.name} missing or unreadable: no compression figures")
+        merged = folder.trajectories
+        try:
+            if merged.stat().st_mtime_ns > folder.compressed.stat().st_mtime_ns:
+                notes.append(
+                    f"{merged.name} was rewritten after {folder.compressed.name}: the compressed rows may be "
+                    "out of date (run hermes-batch compress again)"
+                )
+        except FileNotFoundError:
+            pass
+        return packed, figures
 
     def _scan_jsonl(self, name: str) -> Iterator[tuple[dict[str, Any], int, int]]:
         path = self.run_dir / name
@@ -581,6 +640,19 @@ class RunIndex:
             return {}
         path = RunFolder(self.run_dir).scores
         return scores.rescores_of(scores.read_lines(path, entry["rescore_offsets"], entry["rescore_lengths"]))
+
+    def compressed_row(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """The entry's row in ``trajectories_compressed.jsonl`` (read by offset), or None."""
+        if entry.get("comp_offset") is None:
+            return None
+        return self._read(RunFolder(self.run_dir).compressed.name, entry["comp_offset"], entry["comp_length"])
+
+    def compression_figures(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """The entry's figures of ``compression_metrics.json`` (:data:`flows.viewer.compression.ROW_FIGURES`),
+        or None when it has none."""
+        if entry.get("comp_status") is None:
+            return None
+        return {name: entry[f"comp_{name}"] for name in compression.ROW_FIGURES}
 
     def tombstone(self, entry: dict[str, Any]) -> dict[str, Any] | None:
         """The discard tombstone of an entry, or None."""

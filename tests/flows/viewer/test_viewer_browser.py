@@ -1,6 +1,7 @@
 """The viewer in a real browser (Playwright on Debian's Chromium): the list, a click into a trajectory,
 hostile tool output shown as text that runs nothing, filters and search, the score column and its
-filter with the verify output on a trajectory page. Screenshots go to
+filter with the verify output on a trajectory page, a compressed row beside its original (wide and
+narrow screens). Screenshots go to
 ``test-artifacts/``."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from flows.viewer.app import create_app
+from hermes_core.mockllm import MockServer
 from hermes_core.settings import HermesSettings
 from hermes_core.tools.browser_session import CHROMIUM_ARGS, find_chromium
+from tests.flows.viewer.compressed_run import build_compressed_run
 from tests.flows.viewer.scored_run import build_scored_run
+from tests.hermes_core.test_compression import tokenizer_file  # noqa: F401  (a fixture)
 from tests.live_app import serve
 from tests.run_folders import XSS, build_run
 
@@ -163,4 +167,42 @@ def test_the_score_column_and_its_filter(page, scored_base):
     page.select_option("select[name=score]", "passed")
     page.get_by_role("button", name="apply").click()
     assert [(i, s) for i, s, _ in scored_rows(page)] == [("0", "0"), ("1", "0"), ("1", "1"), ("2", "1")]
+    assert page.dialogs == []
+
+
+@pytest.fixture(scope="module")
+def compressed_base(tmp_path_factory, tokenizer_file):  # noqa: F811
+    with MockServer() as summariser:
+        run_dir = build_compressed_run(
+            tmp_path_factory.mktemp("browser-compressed"), tokenizer_file, summariser.base_url
+        )
+    with serve(create_app(run_dir)) as url:
+        yield url
+
+
+def test_a_compressed_row_beside_its_original_with_the_summary_marked(page, compressed_base):
+    page.goto(compressed_base + "/")
+    totals = page.locator("#compression-totals")
+    assert totals.locator(".card .n").all_inner_texts() == ["2", "1", "1", "0", "0"]
+    page.get_by_role("link", name="Survey the repository one file at a time").click()
+    page.wait_for_url(compressed_base + "/prompt/1")
+    assert "turns 4-13 summarised" in page.locator("section.compression").inner_text()
+    summary = page.locator("#compressed-turn-4")
+    assert summary.locator("header").inner_text() == "4 · context summary · turns 4-13 summarised"
+    assert summary.locator("pre").inner_text().startswith("[CONTEXT SUMMARY]: ")
+    # side by side: the summary is right of the replaced turns, level with the first of them
+    first, box = page.locator("#turn-4").bounding_box(), summary.bounding_box()
+    assert box["x"] > first["x"] + first["width"] and abs(box["y"] - first["y"]) < 60
+    assert page.locator("#turn-13").is_visible() and page.locator("#compressed-turn-13").count() == 0
+    # the summary turn has its own look (colour, border) and the replaced turns are framed
+    style = summary.evaluate("e => [getComputedStyle(e).backgroundColor, getComputedStyle(e).borderTopWidth]")
+    human = page.locator("#turn-1").evaluate("e => getComputedStyle(e).backgroundColor")
+    assert style[0] != human and style[1] == "2px"
+    assert page.locator(".replaced").evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"
+    page.screenshot(path=str(ARTIFACTS / "viewer-compressed.png"), full_page=True)
+    # a narrow screen: one column, the compressed turn below the original it replaces
+    page.set_viewport_size({"width": 600, "height": 900})
+    first, box = page.locator("#turn-4").bounding_box(), summary.bounding_box()
+    assert box["y"] > first["y"] and abs(box["x"] - first["x"]) < 30
+    assert not page.locator("#compressed-turn-1").is_visible()  # unchanged turns are shown once
     assert page.dialogs == []
