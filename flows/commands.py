@@ -3,8 +3,9 @@
 ``hermes-batch view data/<run> [--host 127.0.0.1] [--port 8765] [--dataset FILE]
 [--allow_host NAME]`` serves the read-only viewer (any other ``Host`` header: 400);
 ``hermes-batch export data/<run> --out DIR [--format sharegpt|messages] [--include kept|all|passed]
-[--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging Face dataset folder
-(``--overwrite`` replaces only an earlier export, by its manifest);
+[--compressed] [--license X] [--push_to_hub REPO_ID] [--overwrite]`` writes a Hugging Face dataset folder
+(``--overwrite`` replaces only an earlier export, by its manifest; ``--compressed``: the rows of
+``trajectories_compressed.jsonl``);
 ``hermes-batch score data/<run> [--scorer answer,judge,python:m:f] [--dataset FILE]
 [--judge_model M] [--judge_base_url URL] [--judge_rubric_file F] [--num_workers N]`` scores the
 rows again without the agent (:mod:`flows.rescore`);
@@ -90,6 +91,13 @@ def build_export_parser() -> argparse.ArgumentParser:
         default="kept",
         help="kept: the rows of trajectories.jsonl (default); all: also the rows filtered for a hallucinated tool; "
         "passed: only the rows whose metadata.passed is true (after re-scores)",
+    )
+    p.add_argument(
+        "--compressed",
+        action="store_true",
+        help="export the rows of trajectories_compressed.jsonl (hermes-batch compress) instead of "
+        "trajectories.jsonl; with --include kept (all of them) or passed; the card names the token budget, "
+        "the tokenizer and the totals",
     )
     p.add_argument("--license", help="license id for the dataset card (default: other)")
     p.add_argument(
@@ -286,11 +294,13 @@ def run_export(argv: list[str]) -> int:
             overwrite=args.overwrite,
             valid_tools=ALL_POSSIBLE_TOOLS,
             output_dirs=_default_output_dirs(),
+            compressed=args.compressed,
         )
     except ExportError as exc:
         raise CommandError(str(exc)) from None
     print(
-        f"exported {result.rows} rows ({args.format}, {args.include}) to {result.out_dir}: "
+        f"exported {result.rows} rows ({args.format}, {args.include}{', compressed' if args.compressed else ''}) "
+        f"to {result.out_dir}: "
         f"{len(result.shards)} Parquet shards and README.md"
     )
     if args.push_to_hub:

@@ -5,7 +5,9 @@ config whose ``train`` split is the Parquet shards) and ``dataset_info`` (the fe
 the row count), so ``datasets.load_dataset(DIR)`` reads the shards with the declared types.
 The body describes the run from run.json and statistics.json (:class:`hermes_core.runfolder.summary.RunSummary`);
 a scored run gets a ``Scores`` section (:func:`scores_section`: pass@k, pass^k, each scorer's pass
-rate and mean, the ``--keep`` filter, and where the scores are in a row).
+rate and mean, the ``--keep`` filter, and where the scores are in a row); an export of the
+compressed rows (``--compressed``) a ``Compression to a token budget`` section
+(:func:`compression_section`: the budget, the tokenizer, the summariser and the totals).
 The whole card passes the secret redaction.
 """
 
@@ -18,7 +20,7 @@ import yaml
 from hermes_core.redaction import redactor
 from hermes_core.runfolder.summary import RunSummary
 
-__all__ = ["render_card", "scores_section", "size_category"]
+__all__ = ["compression_section", "render_card", "scores_section", "size_category"]
 
 _SIZE_BUCKETS = [
     (1_000, "n<1K"),
@@ -74,6 +76,66 @@ INCLUDE_TEXT = {
         "included."
     ),
 }
+
+
+COMPRESSED_INCLUDE_TEXT = {
+    "kept": "every row of `trajectories_compressed.jsonl` (the kept trajectories compressed to a token budget).",
+    "passed": (
+        "the rows of `trajectories_compressed.jsonl` whose `metadata.passed` is true (every scorer that "
+        "applied passed; re-scores of `hermes-batch score` count), in prompt order."
+    ),
+}
+
+
+def compression_section(compression: dict[str, Any]) -> list[str]:
+    """The card's ``## Compression to a token budget`` lines from
+    :func:`flows.viewer.compression.summary_text` of ``compression_metrics.json``."""
+    c = compression
+    counts = c.get("counts") or []
+    notice = (
+        "The system turn of a compressed row gains one sentence saying that earlier turns may be summarised. "
+        if c.get("notice")
+        else ""
+    )
+    lines = [
+        "## Compression to a token budget",
+        "",
+        f"The rows were compressed by `hermes-batch compress` to at most **{_cell(c.get('target'))} tokens** "
+        f"counted with the tokenizer `{_cell(c.get('tokenizer'))}` (a row's count is the sum of its turns' "
+        "values, each encoded without special tokens: a chat template's role markers are not in it). "
+        "In a row over the budget, the fewest middle turns needed (whole tool call/response pairs) are "
+        "replaced by one `human` turn starting with `[CONTEXT SUMMARY]:`, written by "
+        f"`{_cell(c.get('summary_model'))}` (about {_cell(c.get('summary_target_tokens'))} tokens); "
+        "the system turn, the first human, gpt and tool turns and the last "
+        f"{_cell(c.get('protect_last_n_turns'))} turns are never replaced. {notice}"
+        "Rows still over the budget after compression and rows whose summary failed are kept as they are "
+        "(no made-up summary), unless dropped.",
+        "",
+        "| " + " | ".join(label for _, label, _ in counts) + " |",
+        "|" + "---|" * len(counts),
+        "| " + " | ".join(_cell(n) for _, _, n in counts) + " |",
+        "",
+        f"{_cell(c.get('tokens_before'))} tokens before, {_cell(c.get('tokens_after'))} after "
+        f"({_cell(c.get('tokens_saved'))} saved, ratio {_cell(c.get('ratio'))}) over "
+        f"{_cell(c.get('rows'))} rows of `trajectories.jsonl`; {_cell(c.get('rows_written'))} rows written, "
+        f"{_cell(c.get('over_budget'))} of them over the budget (still over or failed).",
+        "",
+    ]
+    if c.get("not_sampled"):
+        lines += [
+            f"Only a seeded sample of {_cell(c.get('sample_percent'))}% of the rows was compressed and written "
+            f"({_cell(c.get('not_sampled'))} rows left out).",
+            "",
+        ]
+    if c.get("target") is None:
+        lines = [
+            "## Compression to a token budget",
+            "",
+            "The rows come from `trajectories_compressed.jsonl`, but its `compression_metrics.json` was not "
+            "readable: the budget and the tokenizer are not known.",
+            "",
+        ]
+    return lines
 
 
 def _rate(part: Any, whole: Any) -> str:
@@ -138,6 +200,7 @@ def render_card(
     features: list[dict[str, Any]],
     data_glob: str,
     license: str | None,
+    compression: dict[str, Any] | None = None,
 ) -> str:
     """The card text.
 
@@ -150,6 +213,8 @@ def render_card(
         features: ``dataset_info.features`` (:func:`flows.viewer.hf_schema.features_yaml`).
         data_glob: the shards, relative to the card (e.g. ``data/train-*.parquet``).
         license: a license id; None gives ``other``.
+        compression: :func:`flows.viewer.compression.summary_text` when the rows are the compressed
+            ones (``export --compressed``), else None.
 
     Returns:
         ``---\\n<yaml>---\\n\\n<markdown>``, redacted.
@@ -158,7 +223,8 @@ def render_card(
     settings = summary.settings
     front = {
         "license": license or "other",
-        "tags": ["hermes-batch", "agent", "tool-use", "trajectories", "synthetic", fmt],
+        "tags": ["hermes-batch", "agent", "tool-use", "trajectories", "synthetic", fmt]
+        + (["compressed"] if compression is not None else []),
         "size_categories": [size_category(rows)],
         "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": data_glob}]}],
         "dataset_info": {"features": features},
@@ -166,17 +232,37 @@ def render_card(
     reasoning = stats.get("reasoning_statistics") or {}
     tokens = stats.get("tokens") or {}
     cost = stats.get("cost_usd")
+    included = COMPRESSED_INCLUDE_TEXT[include] if compression is not None else INCLUDE_TEXT[include]
+    budget = (
+        f" Compressed to a budget of {_cell(compression.get('target'))} tokens "
+        f"(tokenizer `{_cell(compression.get('tokenizer'))}`): see below."
+        if compression is not None
+        else ""
+    )
     lines = [
         f"# {summary.run_name}",
         "",
         f"Trajectories of the Hermes tool-using agent, generated with hermes-batch by `{settings.get('model')}` "
-        f"(toolset distribution `{settings.get('distribution')}`). {rows} rows.",
+        f"(toolset distribution `{settings.get('distribution')}`). {rows} rows.{budget}",
         "",
         "## Contents",
         "",
-        FORMAT_TEXT[fmt],
+        (
+            FORMAT_TEXT[fmt].replace(
+                "exactly as in the run's `trajectories.jsonl`",
+                "as in the run's `trajectories_compressed.jsonl`",
+            )
+            if compression is not None
+            else FORMAT_TEXT[fmt]
+        )
+        + (
+            " The rows are those of `trajectories_compressed.jsonl`: a long row's middle turns are replaced by "
+            "one `[CONTEXT SUMMARY]:` turn (see Compression to a token budget)."
+            if compression is not None
+            else ""
+        ),
         "",
-        f"Included: {INCLUDE_TEXT[include]}"
+        f"Included: {included}"
         + (f" This export has {filtered_included} such rows." if include == "all" else ""),
         "",
         "```python",
@@ -230,6 +316,7 @@ def render_card(
         ],
         "",
         *scores_section(stats, fmt),
+        *(compression_section(compression) if compression is not None else []),
         "## Tokens and cost",
         "",
         f"{_cell(tokens.get('prompt'))} prompt, {_cell(tokens.get('completion'))} completion "

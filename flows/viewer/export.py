@@ -2,7 +2,9 @@
 
 ``export_run(run_dir, out_dir)`` streams the rows twice with bounded memory:
 
-1. every row (``trajectories.jsonl``; with ``include="all"`` also the hallucinated-tool rows of
+1. every row (``trajectories.jsonl``, or with ``compressed`` ``trajectories_compressed.jsonl``,
+   the rows ``hermes-batch compress`` wrote: ``kept`` all of them, ``passed`` those whose
+   ``metadata.passed`` is true, ``all`` refused; with ``include="all"`` also the hallucinated-tool rows of
    the batch files, found through :class:`flows.viewer.index.RunIndex`; with ``include="passed"``
    only the rows whose ``metadata.passed`` is true) gets the newest re-scores of ``scores.jsonl``
    (:func:`hermes_core.runfolder.rescores.apply_rescore`, as the merge lays them), is redacted
@@ -52,6 +54,7 @@ from typing import Any
 
 import polars as pl
 
+from flows.viewer import compression as compression_info
 from flows.viewer.dataset_card import render_card
 from flows.viewer.hf_schema import features_yaml, finalise, force_json, merge_dtypes, type_scores
 from flows.viewer.index import RunIndex
@@ -88,7 +91,7 @@ _TMP = ".export-rows.jsonl"
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 MANIFEST = ".hermes-export.json"
 """The export folder's manifest: ``{"made_by", "run": {run_name, run_id}, "format", "include",
-"complete", "files": [relative paths], "folders": ["data"]}``."""
+"compressed", "complete", "files": [relative paths], "folders": ["data"]}``."""
 _EXPORT_NAMES = re.compile(
     r"README\.md|\.export-rows\.jsonl|data/train-\d{5}-of-\d{5}\.parquet|data/\.part-\d{5}\.parquet"
 )
@@ -312,9 +315,15 @@ def _in_the_way(out_dir: Path, manifest: dict[str, Any]) -> list[str]:
 class _Manifest:
     """The manifest of the export being written: every file is listed before it is made."""
 
-    def __init__(self, out_dir: Path, run: dict[str, Any], fmt: str, include: str):
+    def __init__(self, out_dir: Path, run: dict[str, Any], fmt: str, include: str, compressed: bool = False):
         self.path = out_dir / MANIFEST
-        self.head = {"made_by": "hermes-batch export", "run": run, "format": fmt, "include": include}
+        self.head = {
+            "made_by": "hermes-batch export",
+            "run": run,
+            "format": fmt,
+            "include": include,
+            "compressed": compressed,
+        }
         self.files: list[str] = []
         self.folders: list[str] = []
 
@@ -410,6 +419,7 @@ def export_run(
     overwrite: bool = False,
     shard_bytes: int = SHARD_BYTES,
     output_dirs: Iterable[Path] = (),
+    compressed: bool = False,
 ) -> ExportResult:
     """Write ``out_dir/data/train-*.parquet``, ``out_dir/README.md`` and ``out_dir/``:data:`MANIFEST`
     from a finished run.
@@ -430,9 +440,14 @@ def export_run(
         shard_bytes: JSON bytes per shard.
         output_dirs: more output folders (parents of run folders) ``out_dir`` may not be, hold or
             lie inside; the run folder's parent always is one.
+        compressed: export the rows of ``trajectories_compressed.jsonl`` (``hermes-batch compress``)
+            instead: with ``include="kept"`` all of them, ``"passed"`` those that passed;
+            ``"all"`` is refused (the rows filtered for a hallucinated tool are never compressed).
+            The card says to what budget, with which tokenizer, and the totals.
 
     Raises:
-        ExportError: no trajectories.jsonl, no row, a malformed row or turn (naming the file and
+        ExportError: no trajectories.jsonl (with ``compressed``: no trajectories_compressed.jsonl,
+            or ``include="all"``), no row, a malformed row or turn (naming the file and
             line), an unknown format/include, an ``out_dir`` refused as above (naming what is in
             the way; nothing is deleted), or a file that cannot be written (naming it).
     """
@@ -440,9 +455,19 @@ def export_run(
         raise ExportError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
     if include not in INCLUDES:
         raise ExportError(f"--include {include}: expected one of {', '.join(INCLUDES)}")
+    if compressed and include == "all":
+        raise ExportError(
+            "--include all cannot be combined with --compressed: the rows filtered for a hallucinated tool "
+            "are not compressed (hermes-batch compress reads trajectories.jsonl only); use --include kept or passed"
+        )
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     merged = RunFolder(run_dir).trajectories
-    if not merged.is_file():
+    if compressed and not RunFolder(run_dir).compressed.is_file():
+        raise ExportError(
+            f"{RunFolder(run_dir).compressed}: not found: run hermes-batch compress first "
+            f"(hermes-batch compress {run_dir} --target_max_tokens N --tokenizer T)"
+        )
+    if not compressed and not merged.is_file():
         raise ExportError(
             f"{merged}: not found (the run has not been merged yet: let it finish or --resume it)"
         )
@@ -454,10 +479,12 @@ def export_run(
     except ValueError as exc:
         raise ExportError(str(exc)) from None
     run = {"run_name": summary.run_name, "run_id": info.get("run_id") if isinstance(info, dict) else None}
-    manifest = _Manifest(out_dir, run, fmt, include)
+    manifest = _Manifest(out_dir, run, fmt, include, compressed)
     _prepare_out(out_dir, overwrite, run_dir, output_dirs, manifest)
     try:
-        return _write(run_dir, out_dir, manifest, summary, valid_tools, fmt, include, license, shard_bytes)
+        return _write(
+            run_dir, out_dir, manifest, summary, valid_tools, fmt, include, license, shard_bytes, compressed
+        )
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise ExportError(f"--out {out_dir}: {where}{exc.strerror or exc}") from None
@@ -475,9 +502,11 @@ def _write(
     include: str,
     license: str | None,
     shard_bytes: int,
+    compressed: bool = False,
 ) -> ExportResult:
     """The body of :func:`export_run` once ``out_dir`` is ready: rows, shards, card, final manifest."""
-    merged = RunFolder(run_dir).trajectories
+    folder = RunFolder(run_dir)
+    merged = folder.compressed if compressed else folder.trajectories
     sources = [_kept_rows(merged)]
     if include == "all":
         sources.append(_filtered_rows(run_dir, valid_tools))
@@ -551,6 +580,7 @@ def _write(
         shards.append(final)
 
     card = out_dir / "README.md"
+    packed = compression_info.read_summary(folder.compression_metrics) if compressed else None
     text = render_card(
         summary,
         fmt=fmt,
@@ -560,6 +590,7 @@ def _write(
         features=features_yaml(schema, overrides),
         data_glob="data/train-*.parquet",
         license=license,
+        compression=compression_info.summary_text(packed or {}) if compressed else None,
     )
     manifest.add("README.md")
     with atomic_writer(card) as out:
