@@ -199,6 +199,13 @@ def apply_patches(names: list[str]) -> None:
         dispatch.run_prompt_task = dispatch.run_prompt_task.with_options(cache_result_in_memory=False)
 
 
+def _shared_limit_calls() -> dict:
+    """``{"shared_limit_calls": {...}}`` when prompts held slots of a --concurrency_limit, else ``{}``."""
+    module = sys.modules.get("tasks.shared_limit")
+    calls = module.server_calls() if module is not None else {}
+    return {"shared_limit_calls": calls} if any(calls.values()) else {}
+
+
 def main() -> None:
     atexit.register(_at_exit)
     spec = json.loads(sys.argv[1])
@@ -297,6 +304,7 @@ def main() -> None:
             "state": state.type.value,
             "message": state.message,
             **gc_time.figures(),
+            **_shared_limit_calls(),
         }
     )
 

@@ -56,6 +56,8 @@ from flows.tuning import PREFECT_SERVER_SETTINGS  # noqa: E402
 
 DIST = "terminal_only"
 CALLS_PER_PROMPT = 3
+SHARED_LIMIT_SLOTS = 4096
+"""Slots of the benchmark's --concurrency_limit (more than any W: the cost of the mechanism, no throttling)."""
 TUNED_SERVER = PREFECT_SERVER_SETTINGS
 """The server settings the product uses for its local API and recommends (flows/tuning.py)."""
 
@@ -264,6 +266,7 @@ class Bench:
             "tool_subprocess_cpu_ms_per_prompt": round(1000 * at_exit.get("children_cpu_s", 0) / n, 2),
             "machine_cpu_busy_s": round(busy, 1),
             "machine_cpu_utilisation": round(busy / (child.wall_s * (os.cpu_count() or 1)), 3),
+            **({"shared_limit_calls": r["shared_limit_calls"]} if "shared_limit_calls" in r else {}),
         }
 
     def baseline(
@@ -316,8 +319,15 @@ def scaling(
     latency_ms: int,
     baseline: bool,
     max_n: int | None = None,
+    concurrency_limit: str | None = None,
 ) -> list[dict]:
-    """Fixed latency at each W: ours and the baseline."""
+    """Fixed latency at each W: ours and the baseline.
+
+    With ``concurrency_limit`` (a global concurrency limit's name), ours runs a second time with
+    ``--concurrency_limit`` (created with :data:`SHARED_LIMIT_SLOTS` slots: it never throttles, the
+    figures are the mechanism's cost): ``row["with_concurrency_limit"]`` has its wall time,
+    efficiency, CPU per prompt and the server calls per prompt the prompt tasks made for slots.
+    """
     model = f"mock/scripted?latency_ms={latency_ms}&turns=2"
     rows = []
     for w in workers:
@@ -338,6 +348,22 @@ def scaling(
             ours["orchestration_cpu_ms_per_prompt"] - core["cpu_ms_per_prompt"], 2
         )
         row: dict[str, Any] = {"workers": w, "n": n, "ours": ours, "core": core}
+        if concurrency_limit:
+            log(f"fixed latency W={w} N={n}: ours with --concurrency_limit {concurrency_limit}")
+            options = {"concurrency_limit": concurrency_limit, "concurrency_limit_slots": SHARED_LIMIT_SLOTS}
+            shared = bench.ours(
+                f"fixed-w{w}-gcl", prompts, n, workers=w, batch_size=batch, model=model, options=options
+            )
+            shared["ideal_s"] = round(ideal, 2)
+            shared["efficiency"] = round(ideal / shared["wall_s"], 3)
+            shared["prompts_per_s"] = round(n / shared["wall_s"], 2)
+            calls = shared.get("shared_limit_calls", {})
+            shared["server_calls_per_prompt"] = round(sum(calls.values()) / n, 3)
+            shared["efficiency_change"] = round(shared["efficiency"] - ours["efficiency"], 3)
+            shared["cpu_ms_per_prompt_change"] = round(
+                shared["orchestration_cpu_ms_per_prompt"] - ours["orchestration_cpu_ms_per_prompt"], 2
+            )
+            row["with_concurrency_limit"] = shared
         if baseline:
             log(f"fixed latency W={w} N={n}: baseline")
             base = bench.baseline(
@@ -472,6 +498,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", default="scaling,heavy,floor,memory", help="which parts to run")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument(
+        "--concurrency_limit",
+        default=None,
+        metavar="NAME",
+        help="scaling: run ours again at each W with --concurrency_limit NAME (a limit of 4096 slots, "
+        "created when missing) and report the efficiency and CPU with and without, and the server calls per prompt",
+    )
+    p.add_argument(
         "--server-env",
         default=",".join(f"{k}={v}" for k, v in TUNED_SERVER.items()),
         help="comma list of K=V settings of the Prefect server; 'default' = Prefect's defaults "
@@ -536,7 +569,13 @@ def main(argv: list[str] | None = None) -> int:
         workers = [int(x) for x in args.workers.split(",")]
         if "scaling" in parts:
             figures["scaling"] = scaling(
-                bench, workers, per_worker, args.latency_ms, not args.no_baseline, max_n
+                bench,
+                workers,
+                per_worker,
+                args.latency_ms,
+                not args.no_baseline,
+                max_n,
+                args.concurrency_limit,
             )
         if "heavy" in parts:
             figures["heavy_tail"] = heavy_tail(
@@ -625,6 +664,16 @@ def print_figures(f: dict[str, Any]) -> None:
                 f"{o['server_cpu_ms_per_prompt']:>7} {b.get('wall_s', '-'):>9} {b.get('efficiency', '-'):>8} "
                 f"{row.get('ratio_ours_over_baseline', '-'):>9}"
             )
+        for row in f["scaling"]:
+            s = row.get("with_concurrency_limit")
+            if s:
+                print(
+                    f"{row['workers']:>4} with --concurrency_limit: efficiency {s['efficiency']} "
+                    f"({s['efficiency_change']:+} against {row['ours']['efficiency']}), orchestration "
+                    f"{s['orchestration_cpu_ms_per_prompt']} ms/prompt ({s['cpu_ms_per_prompt_change']:+}: flow "
+                    f"{s['flow_cpu_ms_per_prompt']}, server {s['server_cpu_ms_per_prompt']}), "
+                    f"{s['server_calls_per_prompt']} server calls per prompt {s.get('shared_limit_calls', {})}"
+                )
     if "heavy_tail" in f:
         h = f["heavy_tail"]
         print(

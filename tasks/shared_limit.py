@@ -13,9 +13,11 @@ new API client per hold, a renewal request at once, two events) against ~3 ms he
 slot cannot be interrupted by the run's stop. Here, in one process:
 
 * one shared API client (``get_client(sync_client=True)``, opened once);
-* acquisitions of a limit are serialised (one thread asks the server at a time, the others wait their
-  turn, as Prefect's acquisition service does): a full limit costs one request per ``Retry-After``
-  the server gives, not one per waiting prompt; a wait checks the run's stop every 0.25 s;
+* a prompt asks for a slot at once; only when the limit is full (423) does it queue: the waiting
+  prompts of a process take turns (one of them asks the server, after each ``Retry-After`` the
+  server gives), so a full limit costs one request per ``Retry-After`` and process, not one per
+  waiting prompt (Prefect's acquisition service serialises every request, which caps a process
+  at one slot per round trip); a wait checks the run's stop every 0.25 s;
 * one renewal thread renews, every ``lease / 4`` seconds, the leases held longer than
   ``lease / 2``: a prompt shorter than half the lease costs exactly two requests (take, give back).
 
@@ -28,6 +30,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -48,6 +51,9 @@ _leases: dict[UUID, list[float]] = {}  # held lease -> [last renewed (monotonic)
 _leases_lock = threading.Lock()
 _renewer: threading.Thread | None = None
 _missing_warned: set[str] = set()
+_calls: Counter[str] = (
+    Counter()
+)  # requests sent to the server, by kind (the benchmark's server calls per prompt)
 
 
 def _api():
@@ -99,6 +105,7 @@ def hold_slot(
         with _leases_lock:
             _leases.pop(lease_id, None)
         try:
+            _calls["release"] += 1
             _api().release_concurrency_slots_with_lease(lease_id=lease_id)
         except Exception as exc:  # noqa: BLE001 - the lease runs out on the server anyway
             logger.warning("could not give back a slot of %s (it returns when its lease ends): %s", name, exc)
@@ -106,8 +113,6 @@ def hold_slot(
 
 def _acquire(name: str, lease_seconds: float, holder: UUID | None) -> UUID | None:
     """The lease of one slot of ``name`` (waiting for one), or None when the limit does not exist."""
-    import httpx
-
     holder_body = None
     if holder is not None:
         from prefect.client.schemas.objects import ConcurrencyLeaseHolder
@@ -115,37 +120,54 @@ def _acquire(name: str, lease_seconds: float, holder: UUID | None) -> UUID | Non
         holder_body = ConcurrencyLeaseHolder(type="task_run", id=holder)
     with _client_lock:
         turn = _turns.setdefault(name, threading.Lock())
-    while not turn.acquire(timeout=_WAIT_SLICE):  # another prompt of this process is asking
+    lease_id = _ask(name, lease_seconds, holder_body)
+    if lease_id is not _FULL:
+        return lease_id
+    while not turn.acquire(timeout=_WAIT_SLICE):  # another waiting prompt of this process is asking
         cancel.check_cancelled()
     try:
         while True:
-            cancel.check_cancelled()
-            try:
-                reply = _api().increment_concurrency_slots_with_lease(
-                    names=[name],
-                    slots=1,
-                    mode="concurrency",
-                    lease_duration=lease_seconds,
-                    holder=holder_body,
-                )
-            except httpx.HTTPStatusError as exc:
-                if exc.response.status_code != 423:  # 423 Locked: no slot free now
-                    raise
-                wait = float(exc.response.headers.get("Retry-After", 1.0))
-                cancel.sleep(min(max(wait, 0.05), _MAX_RETRY_AFTER))
-                continue
-            body = reply.json()
-            if not body.get("limits"):
-                if name not in _missing_warned:
-                    _missing_warned.add(name)
-                    logger.warning(
-                        "global concurrency limit %s does not exist or is inactive: prompts run without a slot",
-                        name,
-                    )
-                return None
-            return UUID(body["lease_id"])
+            lease_id = _ask(name, lease_seconds, holder_body)
+            if lease_id is not _FULL:
+                return lease_id
     finally:
         turn.release()
+
+
+_FULL = object()  # _ask's answer when the limit is full (it waited the server's Retry-After)
+
+
+def _ask(name: str, lease_seconds: float, holder_body: Any) -> Any:
+    """One request for a slot: its lease id; None when the limit does not exist; :data:`_FULL` (after
+    waiting the server's ``Retry-After``) when no slot is free."""
+    import httpx
+
+    cancel.check_cancelled()
+    try:
+        _calls["acquire"] += 1
+        reply = _api().increment_concurrency_slots_with_lease(
+            names=[name],
+            slots=1,
+            mode="concurrency",
+            lease_duration=lease_seconds,
+            holder=holder_body,
+        )
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code != 423:  # 423 Locked: no slot free now
+            raise
+        _calls["locked"] += 1
+        wait = float(exc.response.headers.get("Retry-After", 1.0))
+        cancel.sleep(min(max(wait, 0.05), _MAX_RETRY_AFTER))
+        return _FULL
+    body = reply.json()
+    if not body.get("limits"):
+        if name not in _missing_warned:
+            _missing_warned.add(name)
+            logger.warning(
+                "global concurrency limit %s does not exist or is inactive: prompts run without a slot", name
+            )
+        return None
+    return UUID(body["lease_id"])
 
 
 def _track(lease_id: UUID, lease_seconds: float) -> None:
@@ -169,6 +191,7 @@ def _renew_forever() -> None:
             due = [(lease_id, lease) for lease_id, (at, lease) in _leases.items() if now - at >= lease / 2]
         for lease_id, lease in due:
             try:
+                _calls["renew"] += 1
                 _api().renew_concurrency_lease(lease_id=lease_id, lease_duration=lease)
             except Exception as exc:  # noqa: BLE001 - one failure must not stop the other renewals
                 gone = getattr(getattr(exc, "response", None), "status_code", None) in (404, 410)
@@ -188,10 +211,16 @@ def _renew_forever() -> None:
                     _leases[lease_id][0] = now
 
 
+def server_calls() -> dict[str, int]:
+    """Requests this process sent for slots so far: ``{"acquire", "locked", "renew", "release"}`` counts
+    (``acquire`` counts every attempt, ``locked`` those answered 423: no slot free)."""
+    return {kind: _calls[kind] for kind in ("acquire", "locked", "renew", "release")}
+
+
 def held_leases() -> int:
     """Leases this process holds now (for tests and the live display)."""
     with _leases_lock:
         return len(_leases)
 
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "hold_slot", "held_leases"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "held_leases", "hold_slot", "server_calls"]
