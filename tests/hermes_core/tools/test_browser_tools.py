@@ -216,7 +216,9 @@ def test_back_without_history_and_unreachable_page(prompt):
 def test_contexts_are_bounded_closed_at_teardown_and_isolated(site):
     assert HOST.open_contexts == 0
     with create_environment("local") as env_a, create_environment("local") as env_b:
-        a = Prompt(env_a, browser_max_contexts=1, browser_timeout=1)
+        # a: a timeout that a busy machine's Chromium start fits in; b: 1 s, whose wait for a free
+        # context (twice browser_timeout) is what this test times
+        a = Prompt(env_a, browser_max_contexts=1, browser_timeout=30)
         b = Prompt(env_b, browser_max_contexts=1, browser_timeout=1)
         assert a("browser_navigate", url=f"{site}/form.html")["success"]
         assert HOST.open_contexts == 1
@@ -227,8 +229,10 @@ def test_contexts_are_bounded_closed_at_teardown_and_isolated(site):
         a.close()
         assert HOST.open_contexts == 0
         assert a("browser_snapshot") == {"success": False, "error": "the browser session is closed"}
-        assert b("browser_navigate", url=f"{site}/form.html")["success"]
         b.close()
+        c = Prompt(env_b, browser_max_contexts=1, browser_timeout=30)  # the freed context is reusable
+        assert c("browser_navigate", url=f"{site}/form.html")["success"]
+        c.close()
     assert HOST.open_contexts == 0
 
 
