@@ -16,7 +16,7 @@ from prefect.utilities.annotations import quote
 from flows.budget import Budget, projection
 from flows.config import BatchConfig
 from hermes_core.runfolder.run_info import RunInfo, finish_invocation
-from tasks.compress import compress_task, strict_guard
+from tasks.compress import StrictGuard, compress_task
 from tasks.merge import merge_task
 from tasks.statistics import statistics_task
 
@@ -65,7 +65,7 @@ def finish_run(
     merge = merge_step(config.run_dir, indexes, config.keep)
     if config.compress_to_tokens:
         compress_step = compress_task if in_flow else compress_task.fn
-        guard = strict_guard(budget) if budget is not None and budget.capped else None
+        guard = StrictGuard(budget) if budget is not None and budget.capped else None
         compression = compress_step(config, limiter, guard)
         run_control = {**(run_control or {}), "compression": compression}
     finish_invocation(info, duration_s=round(time.monotonic() - started, 3), **facts)

@@ -20,7 +20,7 @@ from hermes_core.runfolder.folder import RunFolder
 from tasks.prompt import settings_of
 
 
-class strict_guard:  # noqa: N801 (a small adapter, used like a function)
+class StrictGuard:
     """The spend cap as the summaries' guard: no summary request once the cap is reached, whatever
     ``--on_budget`` says (the prompts are over; a summary is never worth passing the cap for).
 
@@ -86,4 +86,4 @@ def compress_task(config, limiter=None, guard=None) -> dict[str, Any] | None:
     return metrics["totals"]
 
 
-__all__ = ["compress_task", "strict_guard"]
+__all__ = ["StrictGuard", "compress_task"]

@@ -62,6 +62,7 @@ __all__ = [
     "RUN_FILE",
     "RunFolder",
     "SCORES_FILE",
+    "SIDE_COST_FILES",
     "SPEND_FILE",
     "STATISTICS_FILE",
     "TRAJECTORIES_FILE",
@@ -111,10 +112,15 @@ def merge_state_name(merged_name: str) -> str:
     return f"{MERGE_STATE_PREFIX}{merged_name}.json"
 
 
+SIDE_COST_FILES = (COMPRESSION_CACHE_FILE, SCORES_FILE)
+"""Files whose lines carry the usage of a run's side requests (summaries, ``hermes-batch score``'s
+judge): the run paid for them, but they are no prompt records (:mod:`hermes_core.runfolder.spend`)."""
+
+
 def is_ledger_file(name: str) -> bool:
     """True for the name of a file whose lines carry a ``usage`` the run paid for: a batch file, one of
-    :data:`LEDGER_FILES`, or the compression's cache (its summaries; :mod:`hermes_core.runfolder.spend`)."""
-    return name in LEDGER_FILES or name == COMPRESSION_CACHE_FILE or BATCH_RE.match(name) is not None
+    :data:`LEDGER_FILES` or of :data:`SIDE_COST_FILES`."""
+    return name in LEDGER_FILES or name in SIDE_COST_FILES or BATCH_RE.match(name) is not None
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Every ledger line that cost something carries a ``usage`` (``{prompt_tokens, completion_tokens,
 reasoning_tokens, cost}``): trajectory rows (``metadata.usage``), discard tombstones and failure
-lines (``usage``), and the compression's summaries (``compression.jsonl``: their cost counts, but
-they are no prompt records). The run's spend is their sum, over every invocation.
+lines (``usage``), and the run's side requests: the compression's summaries (``compression.jsonl``)
+and ``hermes-batch score``'s judge (``scores.jsonl``), whose cost counts but which are no prompt
+records. The run's spend is their sum, over every invocation.
 
 A resume must not JSON-parse every row of a million-row run, so ``spend.json`` keeps the sum
 per ledger file with the file's size when it was counted::
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_core.runfolder.files import write_json_atomic
-from hermes_core.runfolder.folder import COMPRESSION_CACHE_FILE, RunFolder, is_ledger_file
+from hermes_core.runfolder.folder import SIDE_COST_FILES, RunFolder, is_ledger_file
 from hermes_core.usage import Usage
 
 
@@ -163,7 +164,7 @@ class SpendTally:
 def _parse(path: Path, offset: int) -> Spend:
     """Sum the usage of the JSON lines of ``path`` from byte ``offset`` (rows: ``metadata.usage``)."""
     spend = Spend()
-    summaries = path.name == COMPRESSION_CACHE_FILE
+    summaries = path.name in SIDE_COST_FILES
     with open(path, "rb") as fh:
         fh.seek(offset)
         for line in fh:
@@ -177,7 +178,7 @@ def _parse(path: Path, offset: int) -> Spend:
                 continue
             metadata = obj.get("metadata")
             usage = metadata.get("usage") if isinstance(metadata, dict) else obj.get("usage")
-            if summaries:  # a summary's cost is the run's, but it is no prompt record
+            if summaries:  # a side request's cost is the run's, but it is no prompt record
                 if usage:
                     spend.add_usage(usage, record=False)
                 continue

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hermes_core.mockllm import MockServer
+from hermes_core.runfolder.spend import SpendTally
 from hermes_core.scoring import JUDGE_RUBRIC, judge_messages
 from tests.conftest import conversation_key, run_args
 
@@ -144,6 +145,19 @@ def test_score_rescores_without_the_agent_and_a_killed_score_loses_nothing(cli, 
     assert {path.name: path.read_bytes() for path in run.glob("batch_*.jsonl")} == batches  # never rewritten
     again = cli("score", str(run), "--scorer=answer", f"--dataset={fixed}")
     assert "Scored 0 row(s); 4 already scored" in again.stdout
+    # the judge of score: its requests (4 at $0.01) are the run's spend, though no prompt's
+    judged = cli(
+        "score",
+        str(run),
+        "--scorer=judge",
+        "--judge_model=mock/judge?cost=0.01",
+        f"--judge_base_url={server.base_url}",
+    )
+    assert judged.returncode == 0, judged.stderr[-3000:]
+    assert "Judge: " in judged.stdout and "$0.0400" in judged.stdout
+    spend = SpendTally.load(run)
+    assert spend.total.cost == pytest.approx(0.04) and spend.total.records == 4  # the 4 rows, not the judge
+    requests += 4
 
     # a slow python scorer killed mid-way: the rows it scored stay scored, the rest are scored next time
     (cli.cwd / "slow_scorer.py").write_text(
