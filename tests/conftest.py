@@ -39,8 +39,9 @@ other pytest-xdist workers, containers stopped and ``ip netns exec`` failed (EIN
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, the
-    tests of :data:`EXCLUSIVE_FILES` ``exclusive``, and put every test of a deployment ``stack`` in one
-    pytest-xdist group (``--dist loadgroup``), so that each stack starts once.
+    tests of :data:`EXCLUSIVE_FILES` ``exclusive``, and put the tests of each deployment ``stack`` (one
+    per database) in one pytest-xdist group (``--dist loadgroup``), so that each stack starts once
+    and the two run side by side.
 
     Runs before pytest's ``-m`` selection (tryfirst).
     """
@@ -51,7 +52,8 @@ def pytest_collection_modifyitems(config, items):
         if item.path.name in EXCLUSIVE_FILES:
             item.add_marker(pytest.mark.exclusive)
         if "stack" in used:  # one worker starts each deployment stack once (tests/prefect_stack.py)
-            item.add_marker(pytest.mark.xdist_group("prefect-stack"))
+            database = item.callspec.params.get("stack", "") if hasattr(item, "callspec") else ""
+            item.add_marker(pytest.mark.xdist_group(f"prefect-stack-{database}"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,8 @@
 """A real Prefect deployment stack for the tests: server (SQLite or PostgreSQL), deployments, process worker.
 
 Used by the session-scoped ``stack`` fixture of ``tests/conftest.py``: one stack per database for
-the whole session, whose tests run in one pytest-xdist worker (``xdist_group("prefect-stack")``),
+the whole session, whose tests run in one pytest-xdist worker per database
+(``xdist_group("prefect-stack-sqlite")``, ``...-postgres``: the two stacks run side by side),
 because each start costs 40-60 s (server, ``prefect deploy``, worker). Each test keeps its own
 prompts (they carry the stack's port), run names and output folders, so they share it safely.
 """
