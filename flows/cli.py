@@ -282,6 +282,13 @@ def run_batch(argv: list[str]) -> int:
         preflight(config, args.api_key)
         with _hold_run_folder(config.run_dir):
             api = _prefect_local_api()  # sets PREFECT_API_URL: Prefect must not be imported before it
+            if api is not None and config.concurrency_limit:
+                print(
+                    f"warning: --concurrency_limit {config.concurrency_limit} is on this command's own local "
+                    "Prefect API: no other run sees it. Set PREFECT_API_URL to the shared server so that "
+                    "runs share the limit",
+                    file=sys.stderr,
+                )
             try:
                 if args.api_key:
                     from tasks.prompt import provide_api_key  # imports Prefect

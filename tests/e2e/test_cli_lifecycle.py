@@ -403,7 +403,9 @@ def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server, mig
     prompts, args = _slow_run(cli.cwd, server, "api-key", n=2)
     run = cli.cwd / "data" / "api-key"
     log = cli.cwd / "api-key.log"
-    proc = _spawn(cli.cwd, [*args, "--api_key=sk-lifecycle-test-0123456789"], _local_env(home), log)
+    # a shared limit on the command's own local API works, and the run says no other run sees it
+    shared = ["--concurrency_limit=local-only", "--concurrency_limit_slots=2"]
+    proc = _spawn(cli.cwd, [*args, "--api_key=sk-lifecycle-test-0123456789", *shared], _local_env(home), log)
     try:
         pid, _port = _wait_for("the local API process", lambda: _local_api(proc), proc, log)
         _wait_for("a finished prompt", lambda: _rows(run), proc, log)
@@ -414,3 +416,7 @@ def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server, mig
             proc.kill()
     assert len(_jsonl(run / "trajectories.jsonl")) == len(prompts)
     assert "sk-lifecycle-test-0123456789" not in log.read_text(errors="replace")
+    assert (
+        "warning: --concurrency_limit local-only is on this command's own local Prefect API: no other run sees it"
+        in " ".join(log.read_text(errors="replace").split())
+    )
