@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,41 +170,51 @@ def _rescore(
     judge_facts = [judge_model, judge_base_url, judge_rubric] if judge else None
     done = read_rescores(run_dir)
     result = RescoreResult()
-    todo = []
-    for row in _first_rows(folder):
-        record = _record_of(row, dataset, dataset_path)
-        applied = [s for s in applied_scorers(scorers, record) if s != "verify"]
-        if not applied:
-            continue
-        key = _scoring_key(applied, record, judge_facts)
-        if key in done.get(row["metadata"]["prompt_id"], {}).get("keys", ()):
-            result.skipped += 1
-            continue
-        todo.append((row, record, applied, key))
+
+    def todo() -> Iterator[tuple[dict[str, Any], dict[str, Any], list[str], str]]:
+        """The rows to score now, read one at a time (a run's rows never all in memory)."""
+        for row in _first_rows(folder):
+            record = _record_of(row, dataset, dataset_path)
+            applied = [s for s in applied_scorers(scorers, record) if s != "verify"]
+            if not applied:
+                continue
+            key = _scoring_key(applied, record, judge_facts)
+            if key in done.get(row["metadata"]["prompt_id"], {}).get("keys", ()):
+                result.skipped += 1
+                continue
+            yield row, record, applied, key
+
+    def write(future: Future) -> None:
+        (row, _record, _applied, key), (scores, usage) = future.result()
+        append_jsonl(
+            out,
+            {
+                "prompt_id": row["metadata"]["prompt_id"],
+                "prompt_index": row.get("prompt_index"),
+                "scoring_key": key,
+                "score": scores,
+                "usage": usage.as_dict() if usage else None,
+                "timestamp": timestamp_now(),
+            },
+        )
+        result.scored += 1
+        if usage:
+            result.usage.add(usage)
+
+    def score_one(item):
+        row, record, applied, _key = item
+        return item, _score_row(row, record, applied, judge, judge_rubric)
+
     if folder.scores.exists():
         repair_torn_tail(folder.scores)  # a killed score's half line
     with open(folder.scores, "ab") as out, ThreadPoolExecutor(max_workers=workers) as pool:
-
-        def score_one(item):
-            row, record, applied, key = item
-            return item, _score_row(row, record, applied, judge, judge_rubric)
-
-        for (row, _record, _applied, key), (scores, usage) in pool.map(score_one, todo):
-            metadata = row["metadata"]
-            append_jsonl(
-                out,
-                {
-                    "prompt_id": metadata["prompt_id"],
-                    "prompt_index": row.get("prompt_index"),
-                    "scoring_key": key,
-                    "score": scores,
-                    "usage": usage.as_dict() if usage else None,
-                    "timestamp": timestamp_now(),
-                },
-            )
-            result.scored += 1
-            if usage:
-                result.usage.add(usage)
+        window: deque[Future] = deque()  # at most 2 x workers rows in flight
+        for item in todo():
+            window.append(pool.submit(score_one, item))
+            while len(window) >= 2 * workers:
+                write(window.popleft())
+        while window:
+            write(window.popleft())
     result.statistics = _merge_and_count(run_dir, run, [s for s in scorers if s.startswith(PYTHON_PREFIX)])
     return result
 
