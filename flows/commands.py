@@ -152,6 +152,8 @@ def run_score(argv: list[str]) -> int:
 
 def build_compress_parser() -> argparse.ArgumentParser:
     """Parser of ``hermes-batch compress``."""
+    from hermes_core.compression.tokens import DEFAULT_TOKENIZER
+
     p = _Parser(
         prog="hermes-batch compress",
         description="Compress a run's trajectories.jsonl to a token budget: the middle turns of a row over "
@@ -161,8 +163,9 @@ def build_compress_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the run folder, e.g. data/<run_name>")
     p.add_argument(
         "--tokenizer",
-        required=True,
-        help="a tokenizer.json file (or a folder holding one) or a Hugging Face Hub id whose repo has one",
+        default=DEFAULT_TOKENIZER,
+        help="a tokenizer.json file (or a folder holding one) or a Hugging Face Hub id whose repo has one "
+        f"(default: {DEFAULT_TOKENIZER}, the reference's; fetched from the Hub once, then from its cache)",
     )
     p.add_argument(
         "--target_max_tokens", type=int, default=15250, help="token budget of a row (default 15250)"

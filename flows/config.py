@@ -44,6 +44,7 @@ from pydantic.fields import FieldInfo
 from hermes_core.agent import AgentConfig
 from hermes_core.client import ModelOptions
 from hermes_core.compression.algorithm import DEFAULT_TARGET_MAX_TOKENS, CompressionSettings
+from hermes_core.compression.tokens import DEFAULT_TOKENIZER
 from hermes_core.distributions import DISTRIBUTIONS
 from hermes_core.options import DEFINING, is_defining, is_run_option
 from hermes_core.runner import JudgeSpec, RunSpec
@@ -165,13 +166,13 @@ class BatchConfig(BaseModel):
         default=None,
         ge=64,
         description="After the merge, compress each row over this many tokens (the tokenizer's) to it: a middle "
-        "region of turns becomes one summary turn (trajectories_compressed.jsonl, compression_metrics.json). "
-        "Needs tokenizer.",
+        "region of turns becomes one summary turn (trajectories_compressed.jsonl, compression_metrics.json).",
     )
-    tokenizer: str | None = Field(
-        default=None,
+    tokenizer: str = Field(
+        default=DEFAULT_TOKENIZER,
+        min_length=1,
         description="Tokenizer that counts a row's tokens for compress_to_tokens: a tokenizer.json file or a "
-        "Hugging Face Hub id (e.g. moonshotai/Kimi-K2-Thinking).",
+        "Hugging Face Hub id (default: the reference's, fetched from the Hub once; offline, give a file).",
     )
     summary_model: str | None = Field(
         default=None, description="Model that writes the summaries of compression (default: the run's model)."
@@ -335,12 +336,6 @@ class BatchConfig(BaseModel):
     @classmethod
     def _known_scorers(cls, value: str) -> str:
         return ",".join(check_scorers([name.strip() for name in value.split(",") if name.strip()]))
-
-    @model_validator(mode="after")
-    def _compression_needs_a_tokenizer(self) -> BatchConfig:
-        if self.compress_to_tokens and not self.tokenizer:
-            raise ValueError("compress_to_tokens needs tokenizer (a tokenizer.json file or a Hub id)")
-        return self
 
     @field_validator("judge_rubric_file")
     @classmethod

@@ -28,10 +28,11 @@ from hermes_core.compression.summariser import (
     SummariserError,
     SummaryResult,
 )
-from hermes_core.compression.tokens import TokenCounter, TokenizerError, load_tokenizer
+from hermes_core.compression.tokens import DEFAULT_TOKENIZER, TokenCounter, TokenizerError, load_tokenizer
 
 __all__ = [
     "DEFAULT_TARGET_MAX_TOKENS",
+    "DEFAULT_TOKENIZER",
     "STATUSES",
     "SUMMARY_NOTICE",
     "SUMMARY_PREFIX",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TokenCounter", "TokenizerError", "load_tokenizer"]
+__all__ = ["DEFAULT_TOKENIZER", "TokenCounter", "TokenizerError", "load_tokenizer"]
 
 
 class TokenizerError(ValueError):
@@ -47,6 +47,10 @@ class TokenCounter:
         values = [turn.get("value") if isinstance(turn.get("value"), str) else "" for turn in turns]
         encoded = self.tokenizer.encode_batch(values, add_special_tokens=False)
         return [len(e.ids) if v else 0 for e, v in zip(encoded, values, strict=True)]
+
+
+DEFAULT_TOKENIZER = "moonshotai/Kimi-K2-Thinking"
+"""The tokenizer the reference ``trajectory_compressor.py`` counts with by default (a Hub id)."""
 
 
 def load_tokenizer(spec: str) -> TokenCounter:

@@ -109,8 +109,11 @@ def test_a_tokenizer_that_does_not_load_is_refused_before_any_request(cli, serve
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: --tokenizer missing.json:")
     assert server.stats()["requests"] == 0
-    proc = cli(*run_args(dataset, "bad", server, "--compress_to_tokens=1200"))
-    assert proc.returncode == 2 and "compress_to_tokens needs tokenizer" in proc.stderr
+    # no --tokenizer: the reference's default, a Hub id, which an offline machine cannot fetch
+    proc = cli(*run_args(dataset, "bad", server, "--compress_to_tokens=1200"), env={"HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --tokenizer moonshotai/Kimi-K2-Thinking: cannot fetch it")
+    assert server.stats()["requests"] == 0
 
 
 def test_a_pilot_projects_the_summaries_too(cli, server):
