@@ -156,6 +156,9 @@ def test_teardown_on_error_removes_tempdir_and_kills_processes(mode):
             env.execute(f"sleep {marker} >/dev/null 2>&1 & echo $! > bg.pid")
             pid = _read_pid(env, "bg.pid")
             assert alive_in(env, pid, seconds=0)
+            started = time.monotonic() + 5  # the background shell execs sleep a moment after $! exists
+            while not host_pids_with(f"sleep\0{marker}") and time.monotonic() < started:
+                time.sleep(0.02)
             assert host_pids_with(f"sleep\0{marker}")
             raise RuntimeError("boom")
     assert not os.path.exists(cwd)
