@@ -38,7 +38,7 @@ from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunInUseError, RunLock
 from hermes_core.runfolder.postprocess import compute_statistics, merge_trajectories, write_json_atomic
 from hermes_core.runfolder.rescores import read_rescores
-from hermes_core.runfolder.run_info import prompt_ids, read_run_info
+from hermes_core.runfolder.run_info import prompt_ids, read_run_info, resolve_dataset
 from hermes_core.scoring import (
     JUDGE_MAX_TOKENS,
     PYTHON_PREFIX,
@@ -326,9 +326,7 @@ def _merge_and_count(run_dir: Path, run: dict[str, Any], python_scorers: list[st
 def _index_of(run_dir: Path, run: dict[str, Any]) -> dict[str, int] | None:
     """prompt_id -> prompt_index of the run's dataset as run.json names it, when that file is unchanged; else None."""
     recorded = run.get("dataset") or {}
-    path = Path(recorded.get("path") or "")
-    candidates = [path] if path.is_absolute() else [path, Path(run_dir).parent.parent / path]
-    found = next((c for c in candidates if recorded.get("path") and c.is_file()), None)
+    found = resolve_dataset(Path(run_dir), recorded.get("path"))
     if found is None:
         return None
     dataset = read_dataset(found)

@@ -62,7 +62,7 @@ from hermes_core.runfolder.folder import (
 )
 from hermes_core.runfolder.postprocess import batch_files
 from hermes_core.runfolder.rescores import Rescores, apply_rescore
-from hermes_core.runfolder.run_info import prompt_identity, read_run_info
+from hermes_core.runfolder.run_info import prompt_identity, read_run_info, resolve_dataset
 
 __all__ = [
     "STATUSES",
@@ -182,16 +182,6 @@ def _human_text(row: dict[str, Any]) -> str:
     return ""
 
 
-def _resolve_dataset(run_dir: Path, given: str | None) -> Path | None:
-    """The dataset file: as written in run.json (absolute, or relative to the working directory,
-    the folder above the run's output folder, or the output folder), or None when none exists."""
-    if not given:
-        return None
-    path = Path(given)
-    candidates = [path] if path.is_absolute() else [path, run_dir.parent.parent / path, run_dir.parent / path]
-    return next((c for c in candidates if c.is_file()), None)
-
-
 class RunIndex:
     """The prompt table of one run folder. Build with :meth:`open`; thread-safe.
 
@@ -244,7 +234,7 @@ class RunIndex:
     def _dataset_path(self) -> Path | None:
         if self._dataset_arg is not None:
             return Path(self._dataset_arg)
-        return _resolve_dataset(self.run_dir, (self.info.get("dataset") or {}).get("path"))
+        return resolve_dataset(self.run_dir, (self.info.get("dataset") or {}).get("path"))
 
     def _inputs(self) -> list[Path]:
         files = [*batch_files(self.run_dir)]

@@ -180,6 +180,16 @@ def read_run_info(run_dir: Path) -> RunInfo | None:
     return RunInfo(path, json.loads(path.read_text(encoding="utf-8")))
 
 
+def resolve_dataset(run_dir: Path, given: str | None) -> Path | None:
+    """The dataset file: as written in run.json (absolute, or relative to the working directory,
+    the folder above the run's output folder, or the output folder), or None when none exists."""
+    if not given:
+        return None
+    path = Path(given)
+    candidates = [path] if path.is_absolute() else [path, run_dir.parent.parent / path, run_dir.parent / path]
+    return next((c for c in candidates if c.is_file()), None)
+
+
 def start_invocation(
     run_dir: Path,
     run_name: str,
@@ -316,6 +326,7 @@ def jobs_of(dataset: Dataset, settings_hash: str, samples: int = 1) -> list[Prom
 
 __all__ = [
     "KEPT_AS_DIGEST",
+    "resolve_dataset",
     "RunInfo",
     "RunStateError",
     "check_cwds",
