@@ -250,7 +250,13 @@ def preflight(config: Any, api_key: str | None = None) -> int:
             load_tokenizer(config.tokenizer)
         except TokenizerError as exc:
             raise CliError(str(exc)) from None
-    if resolve_backend(config.terminal_env, settings) == "docker":  # one line, not one per prompt
+    backend = resolve_backend(config.terminal_env, settings)
+    from hermes_core.environments.isolation import isolation_refusal
+
+    refusal = isolation_refusal(backend, settings)
+    if refusal:  # local commands in a container without bubblewrap
+        raise CliError(refusal)
+    if backend == "docker":  # one line, not one per prompt
         from hermes_core.environments.docker_engine import EngineUnavailable, ping_engine
 
         try:

@@ -43,9 +43,10 @@ from flows.tuning import limit_malloc_arenas, tune_garbage_collector
 from hermes_core import cancel, spend_guard
 from hermes_core.compression import load_tokenizer
 from hermes_core.endpoints import resolve_backend
-from hermes_core.environments import isolation_warning, network_warning
+from hermes_core.environments import isolation_refusal, isolation_warning, network_warning
 from hermes_core.exceptions import FAILURE_KINDS, ConfigError
 from hermes_core.limiter import run_limiter
+from hermes_core.redaction import redact
 from hermes_core.runfolder.early_stop import passed_ids
 from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger, RunLock
@@ -59,6 +60,7 @@ from hermes_core.runfolder.run_info import (
 )
 from hermes_core.runner import unavailable_tools
 from hermes_core.settings import HermesSettings
+from tasks.prompt import settings_of
 from tasks.read_dataset import read_dataset_task
 from tasks.sandboxes import prepare_sandboxes
 from tasks.statistics import artifact_key, publish_task
@@ -93,6 +95,18 @@ def _generate_trajectories(**options: Any) -> State:
         dataset = read_dataset_task(config, settings)
         if config.compress_to_tokens:  # a tokenizer that does not load fails the run before any prompt
             load_tokenizer(config.tokenizer)
+        refusal = isolation_refusal(resolve_backend(config.terminal_env, settings), settings)
+        if refusal:  # local commands in a container without bubblewrap: stop before any prompt
+            raise ConfigError(refusal)
+        if config.api_key_secret:  # a Secret block that does not load fails the run, not each prompt
+            try:
+                settings_of(config.api_key_secret)
+            except Exception as exc:  # noqa: BLE001 - Prefect raises ValueError and HTTP errors alike
+                raise ConfigError(
+                    f"api_key_secret: the Prefect Secret block {config.api_key_secret!r} cannot be "
+                    f"loaded ({type(exc).__name__}: {redact(str(exc))[:300]}); create it with "
+                    "`prefect block create secret` or in the UI, or pass api_key_secret=null"
+                ) from None
         samples = config.samples_per_prompt
         ids = prompt_ids(dataset, config.settings_hash(), samples)  # by slot; records stay on disk
         info = start_invocation(

@@ -166,7 +166,11 @@ def create_environment(backend: str, **kwargs: Any) -> Environment:
     return getattr(importlib.import_module(module_name), class_name)(**kwargs)
 
 
-from hermes_core.environments.isolation import isolation_warning, network_warning  # noqa: E402 - needs the classes above
+from hermes_core.environments.isolation import (  # noqa: E402 - needs the classes above
+    isolation_refusal,
+    isolation_warning,
+    network_warning,
+)
 
 __all__ = [
     "BACKENDS",
@@ -178,6 +182,7 @@ __all__ = [
     "container_cwd",
     "container_image",
     "create_environment",
+    "isolation_refusal",
     "isolation_warning",
     "network_warning",
 ]

@@ -3,7 +3,11 @@
 ``HERMES_LOCAL_ISOLATION``: ``auto`` (default) uses bubblewrap when ``bwrap`` is installed and
 can build a sandbox here (probed once per process), else plain subprocesses; ``bwrap``
 requires it; ``none`` opts out. :func:`isolation_warning` gives the text a run shows once
-when ``auto`` falls back.
+when ``auto`` falls back. Inside a container (a flow run of a Docker work pool, a Kubernetes pod)
+``auto`` never falls back: Docker's default seccomp profile denies the namespaces bubblewrap needs,
+and the container usually holds the Docker socket and the provider key, so plain subprocesses would
+hand both to the model. :func:`isolation_refusal` gives the reason the run then stops before any
+prompt, recommending ``--terminal_env=docker``.
 
 Examples:
     >>> from hermes_core.settings import HermesSettings
@@ -111,6 +115,57 @@ def uses_bwrap(settings: HermesSettings) -> bool:
     return bwrap_problem() is None
 
 
+CONTAINER_MARKERS: tuple[tuple[str, str], ...] = (("/.dockerenv", "docker"), ("/run/.containerenv", "podman"))
+"""The files container runtimes put at the root of a container, and the runtime each one names."""
+
+
+def container_runtime() -> str | None:
+    """The container this process runs in (``docker``, ``podman``, ``kubernetes``, or the value of
+    ``$container``), or None on a plain host.
+
+    Signs read (the runtimes' own markers): :data:`CONTAINER_MARKERS` (``/.dockerenv``: Docker,
+    ``/run/.containerenv``: Podman), ``KUBERNETES_SERVICE_HOST`` (a Kubernetes pod), ``$container``
+    (systemd-nspawn, LXC).
+    """
+    for marker, runtime in CONTAINER_MARKERS:
+        if os.path.exists(marker):
+            return runtime
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    return os.environ.get("container") or None
+
+
+def isolation_refusal(backend: str, settings: HermesSettings) -> str | None:
+    """Why this run must not start, or None: ``auto`` isolation inside a container without bubblewrap.
+
+    Args:
+        backend: the run's terminal backend; only ``local`` can be refused.
+        settings: ``local_isolation`` (``HERMES_LOCAL_ISOLATION``); ``bwrap`` and ``none`` are
+            explicit choices and never refused here.
+
+    Returns:
+        None outside a container, for other backends and settings, or when bubblewrap works; else
+        the reason and the fixes, one paragraph (the flow raises it before any prompt).
+    """
+    if backend != "local" or settings.local_isolation != "auto":
+        return None
+    runtime = container_runtime()
+    if runtime is None:
+        return None
+    problem = bwrap_problem()
+    if problem is None:
+        return None
+    return (
+        f"terminal_env=local cannot isolate commands in this {runtime} container ({problem}): "
+        "a container's default seccomp profile denies the namespaces bubblewrap needs, and without "
+        "them every command of the model would run inside this container, next to the API key "
+        "and the Docker socket. Use terminal_env=docker (with the host's Docker socket mounted, as "
+        "the generate-docker deployment does): each prompt then gets its own sibling container. "
+        "HERMES_LOCAL_ISOLATION=none runs plain subprocesses anyway (the model can read this "
+        "container's environment)."
+    )
+
+
 def isolation_warning(backend: str, settings: HermesSettings) -> str | None:
     """The warning to show once per run when local commands run without isolation, or None.
 
@@ -123,7 +178,7 @@ def isolation_warning(backend: str, settings: HermesSettings) -> str | None:
         fail instead), or it was turned off explicitly (``none``). Otherwise (``auto`` without a
         working bubblewrap) a text naming the risk, the reason and the fixes.
     """
-    if backend != "local" or settings.local_isolation != "auto":
+    if backend != "local" or settings.local_isolation != "auto" or isolation_refusal(backend, settings):
         return None
     problem = bwrap_problem()
     if problem is None:
@@ -138,7 +193,10 @@ def isolation_warning(backend: str, settings: HermesSettings) -> str | None:
 
 
 __all__ = [
+    "CONTAINER_MARKERS",
     "bwrap_problem",
+    "container_runtime",
+    "isolation_refusal",
     "isolation_warning",
     "network_warning",
     "outbound_problem",

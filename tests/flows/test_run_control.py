@@ -57,6 +57,18 @@ def test_a_cost_cap_without_a_cost_source_is_refused_before_any_request(cli, ser
     assert priced.returncode == 0, priced.stderr[-2000:]
 
 
+def test_an_api_key_secret_that_does_not_load_fails_the_run_before_any_request(cli, server):
+    dataset = _write(cli.cwd / "nosecret.jsonl", ["secret block 0", "secret block 1"])
+    proc = cli(*run_args(dataset, "nosecret", server, "--api_key_secret=no-such-block"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert (
+        "api_key_secret: the Prefect Secret block 'no-such-block' cannot be loaded"
+        in proc.stdout + proc.stderr
+    )
+    assert server.stats()["requests"] == 0
+    assert not list((cli.cwd / "data" / "nosecret").glob("batch_*.jsonl"))
+
+
 def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli, server):
     prompts = [f"capped prompt {i}: list files" for i in range(12)]
     dataset = _write(cli.cwd / "capped.jsonl", prompts)

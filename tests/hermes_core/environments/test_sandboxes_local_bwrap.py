@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_core.environments import isolation_warning
-from hermes_core.environments.isolation import bwrap_problem
+from hermes_core.environments import isolation, isolation_warning
+from hermes_core.environments.isolation import bwrap_problem, container_runtime, isolation_refusal
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -185,10 +185,19 @@ def fake_bwrap(folder: Path, script: str) -> None:
     fake.chmod(0o755)
 
 
+def on_a_plain_host(monkeypatch) -> None:
+    """Make this process look like a plain host's (this CI machine is itself a Docker container)."""
+    monkeypatch.setattr(isolation, "CONTAINER_MARKERS", ())
+    monkeypatch.delenv("container", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
 def test_without_a_working_bwrap_auto_falls_back_with_one_clear_warning(tmp_path, monkeypatch):
+    on_a_plain_host(monkeypatch)
     fake_bwrap(tmp_path / "bin", 'echo "bwrap: No permissions to create a new namespace" >&2; exit 1')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     assert "No permissions to create a new namespace" in bwrap_problem()
+    assert isolation_refusal("local", HermesSettings(local_isolation="auto")) is None
     warning = isolation_warning("local", HermesSettings(local_isolation="auto"))
     assert "isolation is OFF" in warning and "No permissions" in warning
     assert "apt-get install bubblewrap" in warning and "--terminal_env=docker" in warning
@@ -204,6 +213,29 @@ def test_without_a_working_bwrap_auto_falls_back_with_one_clear_warning(tmp_path
     assert "bwrap is not installed" in isolation_warning("local", HermesSettings())
     with pytest.raises(SandboxError, match="bwrap is not installed"):
         LocalEnvironment(settings=HermesSettings(local_isolation="bwrap")).start()
+
+
+def test_in_a_container_without_a_working_bwrap_auto_refuses_and_recommends_docker(tmp_path, monkeypatch):
+    on_a_plain_host(monkeypatch)
+    marker = tmp_path / ".dockerenv"
+    marker.touch()
+    monkeypatch.setattr(isolation, "CONTAINER_MARKERS", ((str(marker), "docker"),))
+    assert container_runtime() == "docker"
+    assert (
+        isolation_refusal("local", HermesSettings()) is None
+    )  # bubblewrap works here: isolated as on a host
+    fake_bwrap(tmp_path / "bin", 'echo "bwrap: No permissions to create a new namespace" >&2; exit 1')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    refusal = isolation_refusal("local", HermesSettings(local_isolation="auto"))
+    assert refusal.startswith("terminal_env=local cannot isolate commands in this docker container")
+    assert "No permissions to create a new namespace" in refusal and "Use terminal_env=docker" in refusal
+    assert isolation_warning("local", HermesSettings(local_isolation="auto")) is None  # refused, not warned
+    assert isolation_refusal("local", HermesSettings(local_isolation="none")) is None  # the explicit opt-out
+    assert isolation_refusal("docker", HermesSettings(local_isolation="auto")) is None
+    monkeypatch.setattr(isolation, "CONTAINER_MARKERS", ())
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert container_runtime() == "kubernetes"
+    assert "in this kubernetes container" in isolation_refusal("local", HermesSettings())
 
 
 @pytest.mark.slow  # starts the command line in a subprocess
