@@ -128,7 +128,8 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start(self) -> Stack:
+    def start_server(self) -> None:
+        """Start ``prefect server start`` on this stack's port and wait for its health check."""
         server = self._spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
         deadline = time.monotonic() + 120
         while True:
@@ -141,16 +142,27 @@ class Stack:
                 self.root / "server.log"
             ).read_text()
             time.sleep(0.5)
+
+    def prefect(self, *args: str, timeout: float = 180) -> str:
+        """Run one ``prefect`` command from the checkout against this stack; returns its stdout."""
+        proc = subprocess.run(
+            [shutil.which("prefect"), *args], cwd=REPO, env=self.env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    def start(self) -> Stack:
+        self.start_server()
         if self.plain_deploy:  # Prefect's usual commands, from the checkout, nothing else set
-            prefect = shutil.which("prefect")
-            commands = [[prefect, "work-pool", "create", "hermes-batch", "--type", "process"],
-                        [prefect, "--no-prompt", "deploy", "--all"]]  # fmt: skip
+            self.prefect("work-pool", "create", "hermes-batch", "--type", "process")
+            self.prefect("work-pool", "create", "hermes-batch-docker", "--type", "docker")
+            self.prefect("--no-prompt", "deploy", "--all")
         else:
-            commands = [[str(REPO / "deployments" / "deploy.sh")]]
-        for command in commands:
             deploy = subprocess.run(
-                command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=180
-            )
+                [str(REPO / "deployments" / "deploy.sh")], cwd=REPO, env=self.env, capture_output=True,
+                text=True, timeout=180,
+            )  # fmt: skip
             assert deploy.returncode == 0, deploy.stdout[-2000:] + deploy.stderr[-2000:]
         self._spawn("worker", "worker", "start", "--pool", "hermes-batch")
         return self
@@ -159,15 +171,14 @@ class Stack:
         for proc in reversed(self.procs):
             stop_group(proc)
 
-    def run_deployment(self, name: str, params: dict) -> str:
-        """``prefect deployment run`` with one ``--param k=v`` per parameter; returns the flow run id."""
+    def run_deployment(self, name: str, params: dict, job_variables: dict | None = None) -> str:
+        """``prefect deployment run`` with one ``--param k=v`` per parameter (and one
+        ``--job-variable k=v`` per job variable); returns the flow run id."""
         flags = [arg for key, value in params.items() for arg in ("--param", f"{key}={json.dumps(value)}")]
-        proc = subprocess.run(
-            [shutil.which("prefect"), "deployment", "run", f"generate-trajectories/{name}", *flags],
-            env=self.env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return re.search(r"UUID:\s*([0-9a-f-]{36})", proc.stdout).group(1)
+        for key, value in (job_variables or {}).items():
+            flags += ["--job-variable", f"{key}={json.dumps(value)}"]
+        out = self.prefect("deployment", "run", f"generate-trajectories/{name}", *flags, timeout=120)
+        return re.search(r"UUID:\s*([0-9a-f-]{36})", out).group(1)
 
     def wait(self, flow_run_id: str, timeout: float = 180) -> dict:
         """Poll the flow run until it is in a terminal state; returns it."""

@@ -4,14 +4,20 @@
 #   hermes-test/busybox:1            busybox-static root filesystem, `docker import` (~0.3 s)
 #   hermes-test/python:bookworm      Debian 12 minbase + python3 by debootstrap (~70 s cold),
 #                                    cached with `docker save` under $HERMES_IMAGE_CACHE
+#   hermes-test/hermes-batch:ci      the project image (Dockerfile) FROM hermes-test/python:bookworm,
+#                                    built from this checkout every time (~1 min: apt and pip over
+#                                    --network host; the proxy's CA certificates of this machine,
+#                                    if any, are passed as EXTRA_CA_CERTS)
 #
 # Each image has /etc/hermes-image holding its own name, so a test can tell which image ran.
-# An image already present is kept. Usage: bash .ci/images/build.sh [busybox] [python]
+# An image already present is kept (the project image is rebuilt: Docker's layer cache makes an
+# unchanged one take seconds). Usage: bash .ci/images/build.sh [busybox] [python] [project]
 set -euo pipefail
 
 CACHE=${HERMES_IMAGE_CACHE:-/var/cache/hermes-batch/images}
 BUSYBOX_IMAGE=hermes-test/busybox:1
 PYTHON_IMAGE=hermes-test/python:bookworm
+PROJECT_IMAGE=hermes-test/hermes-batch:ci
 log() { echo "images: $*" >&2; }
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 
@@ -57,6 +63,16 @@ build_python() {
   log "built $PYTHON_IMAGE (cached in $tarball)"
 }
 
+build_project() {
+  local started=$SECONDS certs=""
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    certs=$(cat /usr/local/share/ca-certificates/*.crt)
+  fi
+  docker build -q --network host --build-arg BASE="$PYTHON_IMAGE" --build-arg EXTRA_CA_CERTS="$certs" \
+    -t "$PROJECT_IMAGE" "$(dirname "$0")/../.." >/dev/null
+  log "built $PROJECT_IMAGE in $((SECONDS - started)) s ($(docker image inspect -f '{{.Size}}' "$PROJECT_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'))"
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(busybox python)
+[ ${#targets[@]} -gt 0 ] || targets=(busybox python project)
 for t in "${targets[@]}"; do "build_$t"; done
