@@ -24,7 +24,6 @@ EXCLUSIVE_FILES = frozenset(
         "test_sandboxes_docker_flow.py",
         "test_sandbox_boundary.py",
         "test_flow_memory.py",
-        "test_docker_pool.py",
     }
 )
 """Test files marked ``exclusive``, matched by file name wherever they sit under ``tests/`` (today
