@@ -4,6 +4,11 @@
 #   eval "$(bash .ci/docker-up.sh)"     # prints `export DOCKER_HOST=...` on stdout, logs on stderr
 #   bash .ci/docker-down.sh             # stops the engine this script started
 #
+# With HERMES_IMAGES_ASYNC=1 the test images are built in the background (.ci/run overlaps their
+# minutes of downloads with the first test phase): it also prints `export HERMES_IMAGES_STATUS=FILE`;
+# FILE says `building`, then `ok` or `failed` (the build's log is FILE.log). The tests that need an
+# image wait for it (tests/hermes_core/environments/test_docker_environment.py, require_engine).
+#
 # The engine leaves the host network alone (no bridge, no iptables/NAT, no ip_forward);
 # its socket, data and state live under $HERMES_DOCKER_DIR (default /tmp/hermes-docker).
 # An engine already answering on that socket is reused. Debian packages (docker.io,
@@ -49,5 +54,16 @@ else
   log "engine started on $SOCK (pid $(cat "$DIR/dockerd.pid"))"
 fi
 
-DOCKER_HOST=$SOCK bash .ci/images/build.sh >&2
+if [ "${HERMES_IMAGES_ASYNC:-0}" = 1 ]; then
+  status="$DIR/images.status"
+  echo building >"$status"
+  # setsid + every stream redirected: the build outlives this script and holds no pipe of the caller
+  DOCKER_HOST=$SOCK setsid nohup bash -c \
+    'bash .ci/images/build.sh && echo ok >"$1" || echo failed >"$1"' images "$status" \
+    </dev/null >"$status.log" 2>&1 &
+  log "building the test images in the background (status: $status, log: $status.log)"
+  echo "export HERMES_IMAGES_STATUS=$status"
+else
+  DOCKER_HOST=$SOCK bash .ci/images/build.sh >&2
+fi
 echo "export DOCKER_HOST=$SOCK"

@@ -68,8 +68,11 @@ build_project() {
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     certs=$(cat /usr/local/share/ca-certificates/*.crt)
   fi
-  docker build -q --network host --build-arg BASE="$PYTHON_IMAGE" --build-arg EXTRA_CA_CERTS="$certs" \
-    -t "$PROJECT_IMAGE" "$(dirname "$0")/../.." >/dev/null
+  local build=(docker build -q --network host --build-arg BASE="$PYTHON_IMAGE" --build-arg EXTRA_CA_CERTS="$certs"
+    -t "$PROJECT_IMAGE" "$(dirname "$0")/../..")
+  # Engine 20.10's legacy builder has failed a COPY once in a while here ("Error processing tar file ...
+  # after fallback to chroot: no such file or directory") and passed when run again: one more try.
+  "${build[@]}" >/dev/null || { log "the project image build failed; trying once more"; "${build[@]}" >/dev/null; }
   log "built $PROJECT_IMAGE in $((SECONDS - started)) s ($(docker image inspect -f '{{.Size}}' "$PROJECT_IMAGE" | awk '{printf "%.0f MB", $1/1e6}'))"
 }
 

@@ -36,10 +36,26 @@ PYTHON = "hermes-test/python:bookworm"
 ABSENT = "hermes-test/absent:0"
 
 
+def wait_for_images(timeout: float = 900) -> None:
+    """Wait while ``.ci/docker-up.sh`` builds the test images in the background (``HERMES_IMAGES_STATUS``
+    says ``building``); fail when that build failed. No-op when the images were built beforehand."""
+    status = os.environ.get("HERMES_IMAGES_STATUS")
+    if not status:
+        return
+    deadline = time.monotonic() + timeout
+    while (state := open(status).read().strip()) == "building":
+        if time.monotonic() > deadline:
+            pytest.fail(f"the test images were still building after {timeout:.0f} s: see {status}.log")
+        time.sleep(1)
+    if state != "ok":
+        pytest.fail(f"the test images did not build ({state}): see {status}.log")
+
+
 def require_engine() -> docker.DockerClient:
     """The engine's client; skip without DOCKER_HOST outside CI, fail in CI or when the images are missing."""
     if not os.environ.get("DOCKER_HOST") and os.environ.get("CI", "").lower() != "true":
         pytest.skip('no DOCKER_HOST: start an engine with `eval "$(bash .ci/docker-up.sh)"`')
+    wait_for_images()
     client = docker_client()
     for image in (BUSYBOX, PYTHON):
         try:
