@@ -34,6 +34,7 @@ from hermes_core.runfolder.folder import RunFolder
 from hermes_core.runfolder.ledger import RunLedger
 from hermes_core.runner import PromptJob, PromptOutcome
 from tasks.prompt import retry_condition, run_prompt_task, settle_failed_usage
+from tasks.shared_limit import release_spare_slots
 from tasks.statistics import first_line
 
 STOP_DRAIN_SECONDS = 10.0
@@ -121,21 +122,24 @@ def run_prompts(
     )
     local_cluster = config.task_runner == "dask" and not config.dask_address
     # prefect-dask creates the local cluster at the first submit, inside this block
-    with local_dask_cluster_settings() if local_cluster else contextlib.nullcontext(), runner:
-        window = config.num_workers + queued
-        return _sliding_window(
-            config,
-            pending,
-            ledger,
-            progress,
-            stop,
-            runner,
-            window,
-            run_id,
-            budget,
-            passed_records,
-            request_limit,
-        )
+    try:
+        with local_dask_cluster_settings() if local_cluster else contextlib.nullcontext(), runner:
+            window = config.num_workers + queued
+            return _sliding_window(
+                config,
+                pending,
+                ledger,
+                progress,
+                stop,
+                runner,
+                window,
+                run_id,
+                budget,
+                passed_records,
+                request_limit,
+            )
+    finally:
+        release_spare_slots()  # --concurrency_limit: the slots the ended prompts kept for the next ones
 
 
 def _sliding_window(

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -121,3 +122,204 @@ def test_a_killed_run_gives_its_slots_back_within_the_lease(cli, server):
         assert waited < lease + REPOSSESSOR_PASS_S + 10, f"slots still held {waited:.0f} s after the kill"
         time.sleep(1)
     assert _usage(cli, name)["active_slots"] == 0
+
+
+# --- handover of a slot to the next prompt of the same process (in this test process, real server) ---
+
+
+@pytest.fixture
+def limit(prefect_server, monkeypatch):
+    """``make(slots) -> name``: a new global concurrency limit on the session's server, with this
+    process's slot client (:mod:`tasks.shared_limit`) talking to that server; spares given back after."""
+    from tasks import shared_limit
+
+    monkeypatch.setattr(shared_limit, "_client", None)
+    with temporary_settings(updates={PREFECT_API_URL: prefect_server}):
+        shared_limit._api()  # opened here: a thread of the test would not see these settings
+
+        def make(slots: int) -> str:
+            name = f"handover-{uuid.uuid4().hex[:8]}"
+            assert ensure_concurrency_limit(name, slots) == (slots, True)
+            return name
+
+        try:
+            yield make
+        finally:
+            shared_limit.release_spare_slots()
+            if shared_limit._client is not None:
+                shared_limit._client.__exit__(None, None, None)
+
+
+def _active(name: str) -> int:
+    return concurrency_limit_usage(name)["active_slots"]
+
+
+def _calls_since(before: dict[str, int]) -> dict[str, int]:
+    from tasks.shared_limit import server_calls
+
+    return {kind: n - before[kind] for kind, n in server_calls().items()}
+
+
+def _until(condition, seconds: float) -> float:
+    """Wait until ``condition()``; returns the seconds waited (fails after ``seconds``)."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < seconds, "condition not met in time"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def test_sequential_holds_within_the_grace_share_one_lease_given_back_after_the_grace(limit, monkeypatch):
+    from tasks import shared_limit
+
+    monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 60.0)
+    name = limit(2)
+    before, handed = shared_limit.server_calls(), shared_limit.handovers()
+    for _ in range(5):
+        with shared_limit.hold_slot(name, lease_seconds=60) as held:
+            assert held
+            assert _active(name) == 1
+    assert _calls_since(before) == {"acquire": 1, "locked": 0, "renew": 0, "release": 0}
+    assert shared_limit.handovers() - handed == 4
+    assert shared_limit.spare_leases() == 1
+    assert _active(name) == 1  # the spare still holds its slot on the server...
+    waited = _until(lambda: shared_limit.spare_leases() == 0, 5)
+    assert waited < 1.0 + 0.5  # ...until the grace is over (the renewal thread releases it)
+    assert _calls_since(before) == {"acquire": 1, "locked": 0, "renew": 0, "release": 1}
+    assert _active(name) == 0
+    assert shared_limit.held_leases() == 0
+
+
+def test_a_lease_older_than_the_max_age_is_given_back_not_handed_over(limit, monkeypatch):
+    from tasks import shared_limit
+
+    monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 30.0)
+    monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 0.5)
+    name = limit(1)
+    before, handed = shared_limit.server_calls(), shared_limit.handovers()
+    with shared_limit.hold_slot(name, lease_seconds=60):
+        pass
+    assert shared_limit.spare_leases() == 1  # young: kept for the next prompt
+    with shared_limit.hold_slot(name, lease_seconds=60):  # takes the spare, and outlives the max age
+        time.sleep(0.6)
+    assert shared_limit.handovers() - handed == 1
+    assert shared_limit.spare_leases() == 0  # old: given back when its prompt ended, not kept 30 s
+    assert _calls_since(before) == {"acquire": 1, "locked": 0, "renew": 0, "release": 1}
+    assert _active(name) == 0
+
+
+def test_release_spare_slots_gives_every_spare_back_at_once(limit, monkeypatch):
+    from tasks import shared_limit
+
+    monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 30.0)
+    monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 60.0)
+    name = limit(3)
+    before = shared_limit.server_calls()
+    both = threading.Barrier(2)
+
+    def prompt() -> None:
+        with shared_limit.hold_slot(name, lease_seconds=60):
+            both.wait(timeout=30)  # two prompts at once: two leases
+
+    threads = [threading.Thread(target=prompt) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert shared_limit.spare_leases() == 2
+    assert _active(name) == 2
+    assert shared_limit.release_spare_slots() == 2
+    assert shared_limit.spare_leases() == shared_limit.held_leases() == 0
+    assert _active(name) == 0
+    assert _calls_since(before) == {"acquire": 2, "locked": 0, "renew": 0, "release": 2}
+
+
+def test_a_process_reusing_its_slot_lets_another_run_in_within_the_max_age(limit, monkeypatch):
+    """One slot, this process holding it prompt after prompt (handed over each time): another run
+    waiting on the limit (a client of its own, asking every 50 ms) gets it once the lease is too old."""
+    from prefect.client.orchestration import get_client
+
+    from tasks import shared_limit
+
+    monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 1.0)
+    name = limit(1)
+    handed = shared_limit.handovers()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def prompts() -> None:
+        try:
+            while not stop.is_set():
+                with shared_limit.hold_slot(name, lease_seconds=60):
+                    time.sleep(0.1)
+                time.sleep(0.2)  # the next prompt starts within the grace
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    import httpx
+
+    loop = threading.Thread(target=prompts)
+    loop.start()
+    try:
+        _until(lambda: _active(name) == 1, 10)
+        start = time.monotonic()
+        with get_client(sync_client=True) as other:
+            while True:
+                try:
+                    reply = other.increment_concurrency_slots_with_lease(
+                        names=[name], slots=1, mode="concurrency", lease_duration=60
+                    )
+                    break
+                except httpx.HTTPStatusError as exc:
+                    assert exc.response.status_code == 423
+                    assert time.monotonic() - start < 10, "the other run never got the slot"
+                    time.sleep(0.05)
+            waited = time.monotonic() - start
+            assert shared_limit.handovers() - handed >= 1  # the process did reuse its lease meanwhile
+            assert waited < 1.0 + 0.1 + 0.2 + 2.0  # max age + one prompt + the gap + slack
+            other.release_concurrency_slots_with_lease(lease_id=UUID(reply.json()["lease_id"]))
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert not errors, errors
+    shared_limit.release_spare_slots()
+    assert _active(name) == 0
+
+
+def test_a_stop_ends_a_wait_for_a_slot_at_once_and_gives_the_spares_back(limit, monkeypatch):
+    from hermes_core import cancel
+    from hermes_core.exceptions import PromptCancelled
+    from tasks import shared_limit
+
+    monkeypatch.setattr(cancel, "_cancelled", threading.Event())  # this test's stop only
+    monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 30.0)
+    monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 60.0)
+    name = limit(1)
+    with shared_limit.hold_slot(name, lease_seconds=60):
+        pass
+    assert shared_limit.spare_leases() == 1 and _active(name) == 1
+    outcome: list[object] = []
+
+    def waiting_prompt() -> None:  # another limit's prompt, waiting for a slot of a full limit
+        try:
+            with shared_limit.hold_slot(full, lease_seconds=60):
+                outcome.append("held")
+        except PromptCancelled as exc:
+            outcome.append(exc)
+
+    full = limit(1)
+    with shared_limit.hold_slot(full, lease_seconds=60):
+        waiter = threading.Thread(target=waiting_prompt)
+        waiter.start()
+        time.sleep(0.5)
+        assert waiter.is_alive() and not outcome
+        stopped = time.monotonic()
+        cancel.cancel_running()
+        waiter.join(timeout=5)
+        assert time.monotonic() - stopped < 1.0
+        assert len(outcome) == 1 and isinstance(outcome[0], PromptCancelled), outcome
+    # the stop: the held lease is given back when its prompt ends, the spare within a wait slice
+    _until(lambda: shared_limit.held_leases() == 0, 2)
+    assert _active(name) == 0 and _active(full) == 0
