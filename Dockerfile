@@ -1,7 +1,9 @@
 # The hermes-batch project image: the flow, its dependencies and bubblewrap, for a Docker work pool.
 #
-#   docker build -t hermes-batch:latest .                                   # FROM the official Python image
-#   docker build --network host --build-arg BASE=hermes-test/python:bookworm -t hermes-batch:ci .   # CI's local Debian base
+#   docker build -t hermes-batch:local .        # FROM the official Python image (prefect.yaml's image name)
+#   docker build --network host --build-arg BASE=hermes-test/python:bookworm \
+#     --build-arg EXTRA_CA_CERTS="$(cat /usr/local/share/ca-certificates/*.crt)" -t hermes-batch:local .
+#                                               # no registry: CI's local Debian base, behind a TLS proxy
 #
 # BASE is any Debian 12 (bookworm) image with Python 3.11: the official python:3.11-slim-bookworm
 # (the default), or a local debootstrap image when no container registry is reachable (only the

@@ -104,8 +104,9 @@ def _generate_trajectories(**options: Any) -> State:
             except Exception as exc:  # noqa: BLE001 - Prefect raises ValueError and HTTP errors alike
                 raise ConfigError(
                     f"api_key_secret: the Prefect Secret block {config.api_key_secret!r} cannot be "
-                    f"loaded ({type(exc).__name__}: {redact(str(exc))[:300]}); create it with "
-                    "`prefect block create secret` or in the UI, or pass api_key_secret=null"
+                    f"loaded ({type(exc).__name__}: {redact(str(exc))[:300]}); create it in the UI "
+                    "(Blocks) or with Secret(value=...).save(name) from prefect.blocks.system, or pass "
+                    "api_key_secret=null"
                 ) from None
         samples = config.samples_per_prompt
         ids = prompt_ids(dataset, config.settings_hash(), samples)  # by slot; records stay on disk
