@@ -95,7 +95,8 @@ def _generate_trajectories(**options: Any) -> State:
         dataset = read_dataset_task(config, settings)
         if config.compress_to_tokens:  # a tokenizer that does not load fails the run before any prompt
             load_tokenizer(config.tokenizer)
-        refusal = isolation_refusal(resolve_backend(config.terminal_env, settings), settings)
+        backend = resolve_backend(config.terminal_env, settings)
+        refusal = isolation_refusal(backend, settings)
         if refusal:  # local commands in a container without bubblewrap: stop before any prompt
             raise ConfigError(refusal)
         if config.api_key_secret:  # a Secret block that does not load fails the run, not each prompt
@@ -140,7 +141,6 @@ def _generate_trajectories(**options: Any) -> State:
         done_before = len(ids) - len(pending) - held
         ledger.plan([(index, ids[index]) for index in pending], config.batch_size, index_of)
         # docker: reap leftovers, check images
-        backend = resolve_backend(config.terminal_env, settings)
         pending, image_failed = prepare_sandboxes(
             info.run_id, pending, dataset, ids, backend, ledger, settings, samples=samples
         )

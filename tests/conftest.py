@@ -102,6 +102,17 @@ def wait_dead(pid: int, seconds: float = 3.0) -> bool:
     return not process_alive(pid)
 
 
+def wait_until(condition, seconds: float, what: str = "the condition", interval: float = 0.02) -> float:
+    """Poll ``condition()`` until it is true; returns the seconds waited. Fails after ``seconds``."""
+    import time
+
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < seconds, f"timed out after {seconds} s waiting for {what}"
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
 def host_pids_with(text: str) -> list[int]:
     """Host pids of live processes whose command line (arguments joined by NUL) contains ``text``.
 

@@ -192,6 +192,15 @@ class Stack:
             f"flow run {flow_run_id} not finished: {run['state']}; see {self.root}/worker.log"
         )
 
+    def cancel_like_the_ui(self, flow_run_id: str) -> None:
+        """The request the Prefect UI's Cancel button sends."""
+        reply = api_call(
+            "POST",
+            f"{self.api}/flow_runs/{flow_run_id}/set_state",
+            json={"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True},
+        )
+        assert reply.status_code in (200, 201), reply.text
+
     def retry_like_the_ui(self, flow_run_id: str) -> None:
         """The request the Prefect UI's Retry button sends."""
         reply = api_call(

@@ -235,12 +235,7 @@ def test_cancel_like_the_ui_stops_every_prompt_and_a_resume_completes(stack, moc
     rows_before = jsonl_rows(run_dir / "batch_0.jsonl")
 
     started = time.monotonic()
-    reply = api_call(
-        "POST",
-        f"{stack.api}/flow_runs/{flow_run_id}/set_state",
-        json={"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True},
-    )  # what the UI's Cancel sends
-    assert reply.status_code in (200, 201), reply.text
+    stack.cancel_like_the_ui(flow_run_id)
     run = stack.wait(flow_run_id, timeout=60)
     cancelled_in = time.monotonic() - started
     assert run["state"]["type"] == "CANCELLED" and cancelled_in < 15, (run["state"], cancelled_in)

@@ -25,10 +25,11 @@ import docker
 import pytest
 
 from hermes_core.environments.docker_engine import LABEL_RUN
+from tests.conftest import wait_until
 from tests.e2e.test_deployments import _dataset
 from tests.flows.test_sandboxes_docker_flow import _tool_outputs
 from tests.hermes_core.environments.test_docker_environment import BUSYBOX, labelled, require_engine
-from tests.prefect_stack import Stack, api_call, jsonl_rows, model_requests
+from tests.prefect_stack import Stack, jsonl_rows, model_requests
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker-pool")]
 
@@ -38,12 +39,7 @@ FLOW_RUN_LABEL = "io.prefect.flow-run-id"  # prefect-docker's label on each flow
 
 @pytest.fixture(scope="module")
 def engine() -> docker.DockerClient:
-    client = require_engine()
-    try:
-        client.images.get(PROJECT_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{PROJECT_IMAGE} is missing: bash .ci/images/build.sh project")
-    return client
+    return require_engine(PROJECT_IMAGE)
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +88,6 @@ def _flow_containers(client: docker.DockerClient, flow_run_id: str) -> list:
     return labelled(client, flow_run_id, label=FLOW_RUN_LABEL)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < timeout, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return time.monotonic() - started
-
-
 def test_deployment_run_in_a_container_writes_to_the_host_volume(docker_stack, engine, mock_server, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -107,15 +95,15 @@ def test_deployment_run_in_a_container_writes_to_the_host_volume(docker_stack, e
     config = _config(data, "contained", prompts, mock_server)
     started = time.monotonic()
     flow_run_id = docker_stack.run_deployment("generate-docker", config, _job_variables(data))
-    first_prompt = _wait_for(
-        lambda: any(model_requests(mock_server, p) for p in prompts), 180, "the first model request"
+    first_prompt = wait_until(
+        lambda: any(model_requests(mock_server, p) for p in prompts), 180, "the first model request", 0.2
     )
     run = docker_stack.wait(flow_run_id, timeout=240)
     assert run["state"]["type"] == "COMPLETED", (run["state"], _worker_log(docker_stack))
     # it ran in a container of the project image, which is gone (auto_remove)
     assert run["infrastructure_pid"] and ":" in run["infrastructure_pid"], run["infrastructure_pid"]
     assert run["job_variables"]["image"] == PROJECT_IMAGE
-    _wait_for(lambda: not _flow_containers(engine, flow_run_id), 30, "the flow run's container to go")
+    wait_until(lambda: not _flow_containers(engine, flow_run_id), 30, "the flow run's container to go", 0.2)
     rows = jsonl_rows(data / "contained" / "trajectories.jsonl")  # on the host's folder
     assert [r["conversations"][1]["value"] for r in rows] == prompts
     # each prompt's commands ran in a sibling container of the sandbox image, none left
@@ -154,7 +142,7 @@ def test_failed_prompt_then_ui_retry_reruns_only_it_in_a_new_container(
     assert [a - b for a, b in zip(after, before, strict=True)] == [0, 3, 0, 0]
     rows = jsonl_rows(data / "retried" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in rows] == prompts
-    _wait_for(lambda: not _flow_containers(engine, flow_run_id), 30, "the flow run's container to go")
+    wait_until(lambda: not _flow_containers(engine, flow_run_id), 30, "the flow run's container to go", 0.2)
 
 
 def test_cancel_leaves_no_container(docker_stack, engine, mock_server, tmp_path):
@@ -163,24 +151,20 @@ def test_cancel_leaves_no_container(docker_stack, engine, mock_server, tmp_path)
     held = [f"[mock:command=sleep 600] docker cancel held {i} ({docker_stack.port})" for i in range(3)]
     config = {**_config(data, "cancelled", held, mock_server), "num_workers": 3}
     flow_run_id = docker_stack.run_deployment("generate-docker", config, _job_variables(data))
-    _wait_for(lambda: len(labelled(engine, "cancelled", label=LABEL_RUN)) == 3, 180, "3 sandboxes")
+    wait_until(lambda: len(labelled(engine, "cancelled", label=LABEL_RUN)) == 3, 180, "3 sandboxes", 0.2)
     assert len(_flow_containers(engine, flow_run_id)) == 1
 
     started = time.monotonic()
-    reply = api_call(
-        "POST",
-        f"{docker_stack.api}/flow_runs/{flow_run_id}/set_state",
-        json={"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True},
-    )  # what the UI's Cancel sends
-    assert reply.status_code in (200, 201), reply.text
+    docker_stack.cancel_like_the_ui(flow_run_id)
     run = docker_stack.wait(flow_run_id, timeout=90)
     assert run["state"]["type"] == "CANCELLED", run["state"]
-    gone = _wait_for(
+    gone = wait_until(
         lambda: (
             not _flow_containers(engine, flow_run_id) and not labelled(engine, "cancelled", label=LABEL_RUN)
         ),
         60,
         "the flow's container and every sandbox to go",
+        0.2,
     )
     print(
         f"cancel -> Cancelled and no container left in {time.monotonic() - started:.1f} s ({gone:.1f} s after)"

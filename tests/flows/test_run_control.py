@@ -66,7 +66,8 @@ def test_an_api_key_secret_that_does_not_load_fails_the_run_before_any_request(c
         in proc.stdout + proc.stderr
     )
     assert server.stats()["requests"] == 0
-    assert not list((cli.cwd / "data" / "nosecret").glob("batch_*.jsonl"))
+    run = cli.cwd / "data" / "nosecret"
+    assert run.is_dir() and not list(run.glob("batch_*.jsonl"))  # the run began, no prompt ran
 
 
 def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli, server):

@@ -20,7 +20,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.prefect_adapter import concurrency_limit_usage, ensure_concurrency_limit
 from hermes_core.mockllm import MockServer
-from tests.conftest import run_args
+from tests.conftest import run_args, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -160,15 +160,6 @@ def _calls_since(before: dict[str, int]) -> dict[str, int]:
     return {kind: n - before[kind] for kind, n in server_calls().items()}
 
 
-def _until(condition, seconds: float) -> float:
-    """Wait until ``condition()``; returns the seconds waited (fails after ``seconds``)."""
-    start = time.monotonic()
-    while not condition():
-        assert time.monotonic() - start < seconds, "condition not met in time"
-        time.sleep(0.02)
-    return time.monotonic() - start
-
-
 def test_sequential_holds_within_the_grace_share_one_lease_given_back_after_the_grace(limit, monkeypatch):
     from tasks import shared_limit
 
@@ -184,7 +175,7 @@ def test_sequential_holds_within_the_grace_share_one_lease_given_back_after_the_
     assert shared_limit.handovers() - handed == 4
     assert shared_limit.spare_leases() == 1
     assert _active(name) == 1  # the spare still holds its slot on the server...
-    waited = _until(lambda: shared_limit.spare_leases() == 0, 5)
+    waited = wait_until(lambda: shared_limit.spare_leases() == 0, 5)
     assert waited < 1.0 + 0.5  # ...until the grace is over (the renewal thread releases it)
     assert _calls_since(before) == {"acquire": 1, "locked": 0, "renew": 0, "release": 1}
     assert _active(name) == 0
@@ -263,7 +254,7 @@ def test_a_process_reusing_its_slot_lets_another_run_in_within_the_max_age(limit
     loop = threading.Thread(target=prompts)
     loop.start()
     try:
-        _until(lambda: _active(name) == 1, 10)
+        wait_until(lambda: _active(name) == 1, 10)
         start = time.monotonic()
         with get_client(sync_client=True) as other:
             while True:
@@ -321,5 +312,5 @@ def test_a_stop_ends_a_wait_for_a_slot_at_once_and_gives_the_spares_back(limit, 
         assert time.monotonic() - stopped < 1.0
         assert len(outcome) == 1 and isinstance(outcome[0], PromptCancelled), outcome
     # the stop: the held lease is given back when its prompt ends, the spare within a wait slice
-    _until(lambda: shared_limit.held_leases() == 0, 2)
+    wait_until(lambda: shared_limit.held_leases() == 0, 2)
     assert _active(name) == 0 and _active(full) == 0

@@ -51,13 +51,14 @@ def wait_for_images(timeout: float = 900) -> None:
         pytest.fail(f"the test images did not build ({state}): see {status}.log")
 
 
-def require_engine() -> docker.DockerClient:
-    """The engine's client; skip without DOCKER_HOST outside CI, fail in CI or when the images are missing."""
+def require_engine(*more_images: str) -> docker.DockerClient:
+    """The engine's client; skip without DOCKER_HOST outside CI, fail in CI or when the test images
+    (busybox, Debian, and ``more_images``) are missing."""
     if not os.environ.get("DOCKER_HOST") and os.environ.get("CI", "").lower() != "true":
         pytest.skip('no DOCKER_HOST: start an engine with `eval "$(bash .ci/docker-up.sh)"`')
     wait_for_images()
     client = docker_client()
-    for image in (BUSYBOX, PYTHON):
+    for image in (BUSYBOX, PYTHON, *more_images):
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
