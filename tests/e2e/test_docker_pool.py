@@ -132,6 +132,10 @@ def test_failed_prompt_then_ui_retry_reruns_only_it_in_a_new_container(
     before = [model_requests(mock_server, p) for p in prompts]
     assert [before[i] for i in (0, 2, 3)] == [3, 3, 3]
     first_container = run["infrastructure_pid"]
+    # The flow reports Failed from inside its container, which exits a moment later: Retry once it is
+    # gone, as a user would. (Engine 20.10 here failed, twice, to start the retry's container while the
+    # first one of the same flow run was still exiting: "exec: prefect: executable file not found".)
+    wait_until(lambda: not _flow_containers(engine, flow_run_id), 30, "the failed run's container to go", 0.2)
 
     gate.unlink()
     docker_stack.retry_like_the_ui(flow_run_id)
