@@ -197,6 +197,11 @@ try:
 finally:
     for pid in running:
         kill_group(pid)
+    if os.getpid() == 2:  # bubblewrap's first child in the sandbox's pid namespace, never a host pid
+        try:
+            os.kill(-1, 9)  # setsid'd leftovers too: they would keep the sandbox alive after the host
+        except OSError:
+            pass
 """
 """Source of the Python agent run inside the sandbox; ``argv[1]`` is the fd of its socket.
 
@@ -223,6 +228,10 @@ command: <reason>`` to its output and ends with 127; one whose folder cannot be 
 ``cd: <folder>: <reason>`` and ends with 1. Commands start with SIGPIPE and SIGXFSZ at their
 defaults, as plain subprocesses do. A request that does not parse (only a broken host sends
 one) ends the agent: it kills its commands and exits 1, so the host ends every pending request.
+At the socket's end (the host closed it, or died: the kernel closes its end) the agent kills its
+commands' process groups, then every other process of the sandbox's pid namespace (``kill(-1)``,
+only as pid 2 there), so a command that left with ``setsid`` does not keep bubblewrap's init and
+the sandbox alive after a killed run.
 
 ``sandbox_agent.c`` is the same program in C (the native agent); a change here goes there too,
 and ``tests/hermes_core/environments/test_sandbox_agent.py`` runs every behaviour against both."""

@@ -163,6 +163,33 @@ def test_background_processes_live_between_commands_and_die_at_close(agent):
     assert host_pids_with(env._sandbox_tmp) == []
 
 
+@needs_bwrap
+def test_nothing_of_the_sandbox_outlives_a_killed_host(agent):
+    """The run's process dies by SIGKILL (no close()): a command that left with setsid goes too, and
+    with it bubblewrap's init (it lived on, holding the sandbox, while any such process did)."""
+    marker = f"43.{time.monotonic_ns() % 10**6}"
+    program = (
+        "import sys\n"
+        "from hermes_core.environments.local import LocalEnvironment\n"
+        "from hermes_core.settings import HermesSettings\n"
+        "env = LocalEnvironment(settings=HermesSettings(local_isolation='bwrap', sandbox_network='none'))\n"
+        "env.start()\n"
+        f"env.execute('setsid sleep {marker} >/dev/null 2>&1 &')\n"
+        "print(env._sandbox_tmp, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    sandbox_tmp = host.stdout.readline().strip()
+    assert sandbox_tmp and len(host_pids_with(f"sleep\0{marker}")) == 1
+    assert host_pids_with(sandbox_tmp)  # bubblewrap, with the sandbox's /tmp in its arguments
+    host.kill()
+    host.wait()
+    assert wait_gone(f"sleep\0{marker}") == []
+    assert wait_gone(sandbox_tmp) == []
+
+
 def start_agent_outside_a_sandbox(agent: str, **popen) -> tuple[subprocess.Popen, socket.socket]:
     """The agent as a plain host process (no bubblewrap init to kill what it leaves), and our socket end."""
     host, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
