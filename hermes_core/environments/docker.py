@@ -63,6 +63,16 @@ logger = logging.getLogger(__name__)
 
 
 _KEEPER = ["sleep", "2147483647"]
+_START_ATTEMPTS = 5
+"""Containers tried for one environment when the engine fails to create or start one, or its keeper dies."""
+_START_PAUSE = 0.25
+"""Seconds before the second attempt, doubled before each next one (3.75 s of pauses in all)."""
+# Exit 0 once pid 1's (Docker's init's) child runs the keeper, within ~2 s; only sh builtins and sleep.
+_KEEPER_UP_SH = (
+    "i=0; while [ $i -lt 40 ]; do c=; read -r c _ < /proc/1/task/1/children 2>/dev/null; "
+    '[ -n "$c" ] && read -r n < /proc/$c/comm 2>/dev/null && [ "$n" = sleep ] && exit 0; '
+    "i=$((i + 1)); sleep 0.05; done; exit 1"
+)
 _QUIET = 0.05
 """After the command exited, stop reading once the stream is silent this long (seconds)."""
 _DRAIN_MAX = 1.0
@@ -122,13 +132,20 @@ class DockerEnvironment(ContainerSandbox):
     def start(self) -> None:
         """Create and start the container (bounded by ``settings.docker_max_concurrent_starts``). Idempotent.
 
+        Returns once the container's keeper runs (one exec sees it). A container the engine fails
+        to create or start, or whose keeper dies, is removed and another tried, up to
+        ``_START_ATTEMPTS`` in all: Engine 20.10 on this machine kind does that now and then when
+        containers start beside bubblewrap sandboxes or other containers' removal
+        (:meth:`_keeper_problem`). Nothing of the prompt ran in them.
+
         Safe against :meth:`close` called from another thread meanwhile: a container created
         after (or while) close ran is removed at once and SandboxError is raised.
 
         Raises:
             ImageUnavailable: the image is absent and cannot be pulled (see :func:`~hermes_core.environments.docker_engine.ensure_image`).
             EngineUnavailable: the engine cannot be reached.
-            SandboxError: the container could not be created or started, or the environment was closed.
+            SandboxError: no container could be created and started (the last reason named), or the
+                environment was closed.
         """
         if self._closed:
             raise SandboxError("environment already closed")
@@ -136,6 +153,26 @@ class DockerEnvironment(ContainerSandbox):
             return
         self._client = docker_client()
         ensure_image(self.image, self.settings)
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            problem = self._launch()
+            if problem is None:
+                return
+            if attempt == _START_ATTEMPTS:
+                raise SandboxError(f"{problem} ({_START_ATTEMPTS} containers tried)")
+            logger.warning("%s; starting a new one (attempt %d of %d)", problem, attempt + 1, _START_ATTEMPTS)
+            time.sleep(_START_PAUSE * 2 ** (attempt - 1))
+
+    def _launch(self) -> str | None:
+        """Create and start one container (bounded by ``docker_max_concurrent_starts``) and see its keeper run.
+
+        Returns:
+            None when it runs (it is this environment's container); else why the engine failed
+            it (the container is removed): worth another attempt.
+
+        Raises:
+            ImageUnavailable: the image is absent.
+            SandboxError: the environment was closed meanwhile.
+        """
         s = self.settings
         labels = {LABEL_RUN: self.run_name, LABEL_RUN_ID: self.run_id, LABEL_PROMPT: self.prompt_id}
         with start_slots(s.docker_max_concurrent_starts):
@@ -160,7 +197,7 @@ class DockerEnvironment(ContainerSandbox):
             except docker.errors.ImageNotFound:
                 raise ImageUnavailable(self.image, "not present in the engine") from None
             except ENGINE_ERRORS as exc:
-                raise SandboxError(f"cannot create a container from {self.image!r}: {exc}") from None
+                return f"cannot create a container from {self.image!r}: {exc}"
             with self._state_lock:
                 closed = self._closed
                 if not closed:
@@ -171,11 +208,49 @@ class DockerEnvironment(ContainerSandbox):
                 raise SandboxError("environment closed while it started")
             try:
                 container.start()
+                problem = None
             except ENGINE_ERRORS as exc:
-                self.close()
-                raise SandboxError(f"cannot start the container of {self.image!r}: {exc}") from None
+                problem = f"cannot start the container of {self.image!r}: {exc}"
+        if problem is None:
+            problem = self._keeper_problem(container)  # outside the slot: starts go on meanwhile
+        if problem is not None:
+            with self._state_lock:
+                if self._container is container:
+                    self._container, self.container_id = None, ""
+            remove_container(container)
         if self._closed:
             raise SandboxError("environment closed while it started")
+        return problem
+
+    def _keeper_problem(self, container) -> str | None:
+        """None once the container's keeper (``sleep`` under Docker's init) runs; else what went wrong.
+
+        Engine 20.10 here, starting containers while bubblewrap sandboxes start on the same host,
+        sometimes runs a container without its root filesystem: its init exits 127 ("[FATAL tini
+        (7)] exec sleep failed: No such file or directory") up to half a second after the start
+        returned, and the prompt's first command then fails or comes back empty. One exec that sees
+        the keeper running (pid 1's child named ``sleep``) rules that out before any command runs.
+        """
+        try:
+            code, _ = container.exec_run(["sh", "-c", _KEEPER_UP_SH])
+        except ENGINE_ERRORS:
+            code = None
+        if code == 0:
+            return None
+        return self._exit_story(container) or "the sandbox container's keeper did not start"
+
+    @staticmethod
+    def _exit_story(container) -> str | None:
+        """ "the sandbox container exited (code N): <its last output>" once it is not running; else None."""
+        try:
+            container.reload()
+            state = container.attrs.get("State", {})
+            if state.get("Running"):
+                return None
+            last = container.logs(tail=3).decode("utf-8", "replace").strip()
+        except ENGINE_ERRORS:
+            return None
+        return f"the sandbox container exited (code {state.get('ExitCode')}){': ' + last if last else ''}"
 
     def close(self, interrupted: bool = False) -> None:
         """Force-remove the container (every process in it dies). Idempotent; never raises.
@@ -242,11 +317,11 @@ class DockerEnvironment(ContainerSandbox):
             exec_id = api.exec_create(container.id, argv, workdir="/", environment=environment)["Id"]
             sock = api.exec_start(exec_id, socket=True)
         except ENGINE_ERRORS as exc:
-            raise SandboxError(f"docker exec failed: {exc}") from None
+            raise SandboxError(self._exit_story(container) or f"docker exec failed: {exc}") from None
         raw = getattr(sock, "_sock", sock)
         timed_out = False
         try:
-            timed_out = self._pump(raw, exec_id, token, deadline, sink)
+            timed_out = self._pump(raw, _read_ahead(sock, raw), exec_id, token, deadline, sink)
         except OSError as exc:
             raise SandboxError(f"docker exec stream broke: {exc}") from None
         finally:
@@ -256,15 +331,16 @@ class DockerEnvironment(ContainerSandbox):
         return self._exit_code(exec_id), False
 
     def _pump(
-        self, raw, exec_id: str, token: str, deadline: float, sink: Callable[[int, bytes], None]
+        self, raw, buf: bytes, exec_id: str, token: str, deadline: float, sink: Callable[[int, bytes], None]
     ) -> bool:
         """Read the multiplexed exec stream until EOF, or the command exited and the stream went quiet.
 
         At ``deadline`` the command's processes are killed from another thread while this one
         keeps reading: the engine may not run the kill while the stream is backed up (measured
-        with ``yes``). Returns True when it timed out.
+        with ``yes``). ``buf`` holds the stream's first bytes, read before (:func:`_read_ahead`).
+        Returns True when it timed out.
         """
-        buf = b""
+        buf = _frames(buf, sink)
         killer: threading.Thread | None = None
         kill_started = 0.0
         ended_at: float | None = None  # the command exited, or the kill is done
@@ -301,13 +377,7 @@ class DockerEnvironment(ContainerSandbox):
             if not data:
                 break
             last_data = time.monotonic()
-            buf += data
-            while len(buf) >= 8:
-                stream, size = struct.unpack(">BxxxL", buf[:8])
-                if len(buf) < 8 + size:
-                    break
-                sink(stream, buf[8 : 8 + size])
-                buf = buf[8 + size :]
+            buf = _frames(buf + data, sink)
         return killer is not None
 
     def _running(self, exec_id: str) -> bool:
@@ -395,6 +465,39 @@ class DockerEnvironment(ContainerSandbox):
             raise PermissionError(13, f"cannot write: {exc.explanation or exc}", path) from None
         except ENGINE_ERRORS as exc:
             raise SandboxError(f"docker put_archive failed: {exc}") from None
+
+
+def _frames(buf: bytes, sink: Callable[[int, bytes], None]) -> bytes:
+    """Pass each whole frame of Docker's multiplexed stream in ``buf`` to ``sink(stream, payload)``;
+    returns the bytes of an incomplete last frame. Frame: 1 byte stream, 3 zero, 4 bytes big-endian size."""
+    while len(buf) >= 8:
+        stream, size = struct.unpack(">BxxxL", buf[:8])
+        if len(buf) < 8 + size:
+            break
+        sink(stream, buf[8 : 8 + size])
+        buf = buf[8 + size :]
+    return buf
+
+
+def _read_ahead(sock, raw) -> bytes:
+    """The bytes of an exec's stream that the HTTP client read past the response headers.
+
+    ``exec_start(socket=True)`` hands back the raw socket, but http.client parsed the headers
+    through a buffered reader, which may already hold the first frames: a quick command's whole
+    output when the engine wrote it at once (measured: 5 in 200 execs on a loaded machine ended
+    with an empty output and exit code 0). Reads them without blocking; b"" when none.
+    """
+    reader = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
+    if reader is None or not hasattr(reader, "read1"):
+        return b""
+    timeout = raw.gettimeout()
+    raw.setblocking(False)
+    try:
+        return reader.read1(65536) or b""
+    except (BlockingIOError, InterruptedError):
+        return b""
+    finally:
+        raw.settimeout(timeout)
 
 
 __all__ = ["DockerEnvironment"]

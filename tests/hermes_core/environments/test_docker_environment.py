@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import threading
 import time
@@ -107,6 +108,45 @@ def test_container_per_prompt_with_labels_limits_cwd_and_teardown(engine):
     with pytest.raises(docker.errors.NotFound):
         engine.containers.get(env.container_id)
     env.close()  # idempotent
+
+
+def _killed(engine, container_id: str) -> None:
+    container = engine.containers.get(container_id)
+    container.kill()
+    container.wait(timeout=10)
+
+
+def test_a_container_that_died_is_a_clear_error_naming_its_exit(engine):
+    run = f"t-dead-{secrets.token_hex(4)}"
+    with DockerEnvironment(image=BUSYBOX, settings=settings(), run_name=run) as env:
+        assert env.execute("echo alive").output == "alive\n"
+        _killed(engine, env.container_id)
+        with pytest.raises(SandboxError, match=r"^the sandbox container exited \(code 137\)$"):
+            env.execute("echo again")
+    assert labelled(engine, run) == []
+
+
+def test_an_image_whose_keeper_cannot_start_fails_naming_the_cause(engine, caplog):
+    source = engine.containers.run(BUSYBOX, ["rm", "/bin/sleep"], network_mode="none", detach=True)
+    source.wait(timeout=30)
+    image = source.commit(repository="hermes-test/no-sleep", tag="1")
+    source.remove()
+    run = f"t-nosleep-{secrets.token_hex(4)}"
+    try:
+        env = DockerEnvironment(image="hermes-test/no-sleep:1", settings=settings(), run_name=run)
+        with pytest.raises(SandboxError) as raised:
+            env.start()
+        assert re.fullmatch(
+            r"the sandbox container exited \(code 127\): \[FATAL tini \(\d+\)\] exec sleep failed: "
+            r"No such file or directory \(5 containers tried\)",
+            str(raised.value),
+        ), raised.value
+        replaced = [r.getMessage() for r in caplog.records if "starting a new one" in r.getMessage()]
+        assert [m.rsplit("(", 1)[1] for m in replaced] == [f"attempt {n} of 5)" for n in (2, 3, 4, 5)]
+        assert labelled(engine, run) == []  # each one removed
+        env.close()
+    finally:
+        engine.images.remove(image.id, force=True)
 
 
 def test_memory_limit_is_enforced_inside_the_container(engine):
