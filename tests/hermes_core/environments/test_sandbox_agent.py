@@ -30,7 +30,7 @@ from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
-from tests.conftest import host_pids_with
+from tests.conftest import host_pids_with, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -182,7 +182,8 @@ def test_nothing_of_the_sandbox_outlives_a_killed_host(agent):
         [sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     sandbox_tmp = host.stdout.readline().strip()
-    assert sandbox_tmp and len(host_pids_with(f"sleep\0{marker}")) == 1
+    assert sandbox_tmp
+    wait_until(lambda: len(host_pids_with(f"sleep\0{marker}")) == 1, 10, "the setsid'd sleep", 0.05)
     assert host_pids_with(sandbox_tmp)  # bubblewrap, with the sandbox's /tmp in its arguments
     host.kill()
     host.wait()
