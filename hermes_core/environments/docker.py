@@ -31,7 +31,6 @@ import io
 import logging
 import posixpath
 import secrets
-import struct
 import tarfile
 import threading
 import time
@@ -54,6 +53,7 @@ from hermes_core.environments.docker_engine import (
     remove_container,
     start_slots,
 )
+from hermes_core.environments.docker_stream import read_ahead, split_frames
 from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.poll import readable
 from hermes_core.environments.sandbox_env import listed_environment
@@ -71,7 +71,7 @@ _START_PAUSE = 0.25
 # ~2 s. Only sh builtins, a glob and sleep; no /proc/PID/task/PID/children (not in every kernel).
 _KEEPER_UP_SH = (
     "i=0; while [ $i -lt 40 ]; do for f in /proc/[0-9]*/comm; do "
-    'read -r n < "$f" 2>/dev/null && [ "$n" = sleep ] && exit 0; done; '
+    f'read -r n < "$f" 2>/dev/null && [ "$n" = {_KEEPER[0]} ] && exit 0; done; '
     "i=$((i + 1)); sleep 0.05; done; exit 1"
 )
 _QUIET = 0.05
@@ -323,7 +323,7 @@ class DockerEnvironment(ContainerSandbox):
         raw = getattr(sock, "_sock", sock)
         timed_out = False
         try:
-            timed_out = self._pump(raw, _read_ahead(sock, raw), exec_id, token, deadline, sink)
+            timed_out = self._pump(raw, read_ahead(sock, raw), exec_id, token, deadline, sink)
         except OSError as exc:
             raise SandboxError(f"docker exec stream broke: {exc}") from None
         finally:
@@ -339,10 +339,11 @@ class DockerEnvironment(ContainerSandbox):
 
         At ``deadline`` the command's processes are killed from another thread while this one
         keeps reading: the engine may not run the kill while the stream is backed up (measured
-        with ``yes``). ``buf`` holds the stream's first bytes, read before (:func:`_read_ahead`).
+        with ``yes``). ``buf`` holds the stream's first bytes, read before
+        (:func:`~hermes_core.environments.docker_stream.read_ahead`).
         Returns True when it timed out.
         """
-        buf = _frames(buf, sink)
+        buf = split_frames(buf, sink)
         killer: threading.Thread | None = None
         kill_started = 0.0
         ended_at: float | None = None  # the command exited, or the kill is done
@@ -379,7 +380,7 @@ class DockerEnvironment(ContainerSandbox):
             if not data:
                 break
             last_data = time.monotonic()
-            buf = _frames(buf + data, sink)
+            buf = split_frames(buf + data, sink)
         return killer is not None
 
     def _running(self, exec_id: str) -> bool:
@@ -467,39 +468,6 @@ class DockerEnvironment(ContainerSandbox):
             raise PermissionError(13, f"cannot write: {exc.explanation or exc}", path) from None
         except ENGINE_ERRORS as exc:
             raise SandboxError(f"docker put_archive failed: {exc}") from None
-
-
-def _frames(buf: bytes, sink: Callable[[int, bytes], None]) -> bytes:
-    """Pass each whole frame of Docker's multiplexed stream in ``buf`` to ``sink(stream, payload)``;
-    returns the bytes of an incomplete last frame. Frame: 1 byte stream, 3 zero, 4 bytes big-endian size."""
-    while len(buf) >= 8:
-        stream, size = struct.unpack(">BxxxL", buf[:8])
-        if len(buf) < 8 + size:
-            break
-        sink(stream, buf[8 : 8 + size])
-        buf = buf[8 + size :]
-    return buf
-
-
-def _read_ahead(sock, raw) -> bytes:
-    """The bytes of an exec's stream that the HTTP client read past the response headers.
-
-    ``exec_start(socket=True)`` hands back the raw socket, but http.client parsed the headers
-    through a buffered reader, which may already hold the first frames: a quick command's whole
-    output when the engine wrote it at once (measured: 12 of 400 ``echo`` commands on a loaded
-    machine came back empty, exit code 0; none since). Reads them without blocking; b"" when none.
-    """
-    reader = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
-    if reader is None or not hasattr(reader, "read1"):
-        return b""
-    timeout = raw.gettimeout()
-    raw.setblocking(False)
-    try:
-        return reader.read1(65536) or b""
-    except (BlockingIOError, InterruptedError):
-        return b""
-    finally:
-        raw.settimeout(timeout)
 
 
 __all__ = ["DockerEnvironment"]

@@ -14,7 +14,7 @@ import threading
 
 import docker
 
-from hermes_core.environments.docker import _frames, _read_ahead
+from hermes_core.environments.docker_stream import read_ahead, split_frames
 
 HEADERS = (
     b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.multiplexed-stream\r\n"
@@ -59,7 +59,7 @@ def test_output_sent_with_the_headers_is_not_lost(tmp_path):
     raw = getattr(sock, "_sock", sock)
     timeout = raw.gettimeout()
     got: list[tuple[int, bytes]] = []
-    rest = _frames(_read_ahead(sock, raw), lambda stream, data: got.append((stream, data)))
+    rest = split_frames(read_ahead(sock, raw), lambda stream, data: got.append((stream, data)))
     assert got == [(1, b"ok\n"), (2, b"warning\n")]
     assert rest == frame(1, b"tail")[:6]
     server.join(5)
@@ -76,7 +76,7 @@ def test_nothing_read_ahead_returns_at_once(tmp_path):
     api = docker.APIClient(base_url=f"unix://{path}", version="1.41")
     sock = api.exec_start("exec-id", socket=True)
     raw = getattr(sock, "_sock", sock)
-    assert _read_ahead(sock, raw) == b""  # would block for the client's 60 s timeout otherwise
+    assert read_ahead(sock, raw) == b""  # would block for the client's 60 s timeout otherwise
     hold.set()
     server.join(5)
     sock.close()
