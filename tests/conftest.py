@@ -18,30 +18,33 @@ VENDOR_VARIABLES = (
 """Prefixes of the backend variables a developer's shell may hold: tests start without them."""
 
 
-EXCLUSIVE_FILES = frozenset(
-    {
-        "test_docker_environment.py",
-        "test_sandboxes_docker_flow.py",
-        "test_sandbox_boundary.py",
-        "test_flow_memory.py",
-    }
-)
+EXCLUSIVE_FILES = frozenset({"test_sandbox_boundary.py", "test_flow_memory.py"})
 """Test files marked ``exclusive``, matched by file name wherever they sit under ``tests/`` (today
-``tests/hermes_core/environments/`` and ``tests/flows/``): they need the machine to themselves. The Docker
-engine tests (they stop, reap and count containers on the one engine, and time commands in containers with
-small memory limits) and the network boundary tests (network namespaces at fixed addresses, veth pairs,
-slirp4netns), and the flow's memory measurement (traced bytes per prompt, which a loaded Prefect server
-inflates with queued logs and events: 4.5 KB once beside other workers, 0.5-2.9 KB alone). Run beside
-other pytest-xdist workers, containers stopped and ``ip netns exec`` failed (EINVAL); alone they pass.
-``bash .ci/run`` runs them in a second, single-process pytest after the parallel one (``-m exclusive``)."""
+``tests/hermes_core/environments/`` and ``tests/flows/``): they need the machine to themselves. The
+network boundary tests (network namespaces at fixed addresses, veth pairs, slirp4netns: beside other
+pytest-xdist workers ``ip netns exec`` failed with EINVAL) and the flow's memory measurement (traced
+bytes per prompt, which a loaded Prefect server inflates with queued logs and events: 4.5 KB once
+beside other workers, 0.5-2.9 KB alone). ``bash .ci/run`` runs them in a second, single-process
+pytest after the parallel one (``-m exclusive``)."""
+
+DOCKER_ENGINE_FILES = frozenset(
+    {"test_docker_pool.py", "test_docker_environment.py", "test_sandboxes_docker_flow.py"}
+)
+"""Test files that use the one Docker engine of ``.ci/docker-up.sh``: one pytest-xdist group
+(``docker-engine``), so they run one after another in one worker, beside the other workers' tests.
+Each counts and reaps only its own containers (by run name, run id or flow run id). They need the
+test images, which build in the background during the first minutes (they wait for them). They
+shared the machine safely once the engine ran in its own mount namespace (``.ci/docker-up.sh``):
+before, bubblewrap sandboxes started meanwhile copied the containers' overlay mounts and some new
+containers started without their root filesystem."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, the
-    tests of :data:`EXCLUSIVE_FILES` ``exclusive``, and put the tests of each deployment ``stack`` (one
-    per database) in one pytest-xdist group (``--dist loadgroup``), so that each stack starts once
-    and the two run side by side.
+    tests of :data:`EXCLUSIVE_FILES` ``exclusive``, put the tests of :data:`DOCKER_ENGINE_FILES` in one
+    pytest-xdist group (``--dist loadgroup``), and those of each deployment ``stack`` (one per database)
+    in one group each, so that each stack starts once and the two run side by side.
 
     Runs before pytest's ``-m`` selection (tryfirst).
     """
@@ -51,6 +54,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.path.name in EXCLUSIVE_FILES:
             item.add_marker(pytest.mark.exclusive)
+        if item.path.name in DOCKER_ENGINE_FILES:
+            item.add_marker(pytest.mark.xdist_group("docker-engine"))
         if "stack" in used:  # one worker starts each deployment stack once (tests/prefect_stack.py)
             database = item.callspec.params.get("stack", "") if hasattr(item, "callspec") else ""
             item.add_marker(pytest.mark.xdist_group(f"prefect-stack-{database}"))
@@ -155,31 +160,44 @@ def conversation_key(prompt: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def migrated_prefect_db(tmp_path_factory):
-    """A Prefect SQLite database with all of Prefect's migrations applied, made once per test run.
+def migrated_prefect_db():
+    """A Prefect SQLite database with all of Prefect's migrations applied, made once per machine and
+    Prefect version.
 
-    Shared by the pytest-xdist workers (made by the first that asks, under a file lock): a server on
-    a fresh database spends ~6 s of CPU migrating it (9.3 s against 3.6 s for a start on 2 cores), and
-    the suite starts a dozen. Tests that exercise a first start (the README's command) do not use it.
+    Kept in the temp folder (``hermes-test-prefect-db-<version>-<uid>/prefect.db``) and shared by the
+    pytest-xdist workers and by later test runs, such as the second phase of ``.ci/run``: it is made by
+    the first that asks, under a file lock, in a side folder renamed into place once the upgrade
+    succeeded (a killed upgrade leaves nothing that a later run would take). A server on a fresh
+    database spends ~6 s of CPU migrating it (9.3 s against 3.6 s for a start on 2 cores), and the
+    suite starts a dozen. Tests copy it (:func:`prefect_home_from`); the tests that exercise a first
+    start (the README's command) do not use it.
     """
     import fcntl
     import shutil
     import subprocess
+    import tempfile
+    from importlib.metadata import version
+    from pathlib import Path
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    db = shared / "migrated-prefect-home" / "prefect.db"
-    with open(shared / "migrated-prefect-home.lock", "w") as lock:
+    shared = Path(tempfile.gettempdir()) / f"hermes-test-prefect-db-{version('prefect')}-{os.getuid()}"
+    db = shared / "prefect.db"
+    with open(f"{shared}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not db.exists():
-            db.parent.mkdir(exist_ok=True)
+            making = Path(f"{shared}.making")
+            shutil.rmtree(making, ignore_errors=True)
+            making.mkdir()
             env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-            env["PREFECT_HOME"] = str(db.parent)
+            env["PREFECT_HOME"] = str(making)
             done = subprocess.run(
                 [shutil.which("prefect"), "server", "database", "upgrade", "-y"],
                 env=env, capture_output=True, text=True, timeout=300,
             )  # fmt: skip
-            assert done.returncode == 0 and db.exists(), done.stdout[-2000:] + done.stderr[-2000:]
+            assert done.returncode == 0 and (making / "prefect.db").exists(), (
+                done.stdout[-2000:] + done.stderr[-2000:]
+            )
+            shutil.rmtree(shared, ignore_errors=True)
+            making.rename(shared)
     return db
 
 

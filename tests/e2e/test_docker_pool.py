@@ -9,9 +9,9 @@ Docker socket. The run folders are on a host folder mounted at ``/data``; the mo
 in this test process and the containers reach it (and the Prefect API) on the host's network,
 which the worker picks for a loopback API (the engine here has no bridge).
 
-Not ``exclusive``: these tests count only their own containers (by run name and flow run id),
-and the engine tests that count or reap all of them run in the exclusive phase, after this one.
-They share one stack, so pytest-xdist runs them in one worker (``xdist_group``).
+They count only their own containers (by run name and flow run id). They share one stack, and the
+engine with the other Docker tests: pytest-xdist runs them in one worker (``DOCKER_ENGINE_FILES``,
+tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tests.flows.test_sandboxes_docker_flow import _tool_outputs
 from tests.hermes_core.environments.test_docker_environment import BUSYBOX, labelled, require_engine
 from tests.prefect_stack import Stack, jsonl_rows, model_requests
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker-pool")]
+pytestmark = pytest.mark.slow
 
 PROJECT_IMAGE = "hermes-test/hermes-batch:ci"
 FLOW_RUN_LABEL = "io.prefect.flow-run-id"  # prefect-docker's label on each flow run's container
