@@ -43,8 +43,9 @@ containers started without their root filesystem."""
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a Prefect server (the ``prefect_server`` or ``cli`` fixture) ``slow``, the
     tests of :data:`EXCLUSIVE_FILES` ``exclusive``, put the tests of :data:`DOCKER_ENGINE_FILES` in one
-    pytest-xdist group (``--dist loadgroup``), and those of each deployment ``stack`` (one per database)
-    in one group each, so that each stack starts once and the two run side by side.
+    pytest-xdist group (``--dist loadgroup``) and mark them ``slow`` (they need the Docker engine), and
+    put those of each deployment ``stack`` (one per database) in one group each, so that each stack
+    starts once and the two run side by side.
 
     Runs before pytest's ``-m`` selection (tryfirst).
     """
@@ -56,6 +57,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.exclusive)
         if item.path.name in DOCKER_ENGINE_FILES:
             item.add_marker(pytest.mark.xdist_group("docker-engine"))
+            if not item.get_closest_marker("slow"):  # they need the engine: not in the fast tier
+                item.add_marker(pytest.mark.slow)
         if "stack" in used:  # one worker starts each deployment stack once (tests/prefect_stack.py)
             database = item.callspec.params.get("stack", "") if hasattr(item, "callspec") else ""
             item.add_marker(pytest.mark.xdist_group(f"prefect-stack-{database}"))
