@@ -5,7 +5,7 @@
 #   bash .ci/docker-down.sh             # stops the engine this script started
 #
 # With HERMES_IMAGES_ASYNC=1 the test images are built in the background (.ci/run overlaps their
-# minutes of downloads with the first test phase): it also prints `export HERMES_IMAGES_STATUS=FILE`;
+# minutes of downloads with pip and the first test phase): it also prints `export HERMES_IMAGES_STATUS=FILE`;
 # FILE says `building`, then `ok` or `failed` (the build's log is FILE.log). The tests that need an
 # image wait for it (tests/hermes_core/environments/test_docker_environment.py, require_engine).
 #
