@@ -27,6 +27,15 @@ bytes per prompt, which a loaded Prefect server inflates with queued logs and ev
 beside other workers, 0.5-2.9 KB alone). ``bash .ci/run`` runs them in a second, single-process
 pytest after the parallel one (``-m exclusive``)."""
 
+
+def exclusive_test_files(root: str = "tests") -> list[str]:
+    """Paths (sorted, relative to the working directory) of the test files under ``root`` whose name is
+    in :data:`EXCLUSIVE_FILES`: what ``.ci/run`` hands its exclusive phase."""
+    from pathlib import Path
+
+    return [str(p) for p in sorted(Path(root).rglob("test_*.py")) if p.name in EXCLUSIVE_FILES]
+
+
 DOCKER_ENGINE_FILES = frozenset(
     {"test_docker_pool.py", "test_docker_environment.py", "test_sandboxes_docker_flow.py"}
 )
