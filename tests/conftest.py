@@ -54,7 +54,12 @@ def pytest_collection_modifyitems(config, items):
     tests of :data:`EXCLUSIVE_FILES` ``exclusive``, put the tests of :data:`DOCKER_ENGINE_FILES` in one
     pytest-xdist group (``--dist loadgroup``) and mark them ``slow`` (they need the Docker engine), and
     put those of each deployment ``stack`` (one per database) in one group each, so that each stack
-    starts once and the two run side by side.
+    starts once and the two run side by side, and put the ``waits`` tests first.
+
+    The ``waits`` tests mostly wait on a clock they cannot shorten (Prefect's shortest lease, 60 s):
+    collected first, pytest-xdist hands them out among its first tests (after the groups, which it
+    sends first, largest first), so that their wait overlaps the other workers' tests instead of
+    being the suite's last minute with the machine idle.
 
     Runs before pytest's ``-m`` selection (tryfirst).
     """
@@ -71,6 +76,7 @@ def pytest_collection_modifyitems(config, items):
         if "stack" in used:  # one worker starts each deployment stack once (tests/prefect_stack.py)
             database = item.callspec.params.get("stack", "") if hasattr(item, "callspec") else ""
             item.add_marker(pytest.mark.xdist_group(f"prefect-stack-{database}"))
+    items.sort(key=lambda item: item.get_closest_marker("waits") is None)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

@@ -93,6 +93,7 @@ def test_a_missing_limit_without_slots_fails_the_run_before_any_request(cli, ser
     assert server.stats()["requests"] == 0
 
 
+@pytest.mark.waits  # ~75 s on the lease and the repossessor: started early (tests/conftest.py)
 def test_a_killed_run_gives_its_slots_back_within_the_lease(cli, server):
     name = f"killed-{uuid.uuid4().hex[:8]}"
     lease = 60  # the shortest lease Prefect's server accepts
