@@ -136,6 +136,23 @@ def _api():
         return _client
 
 
+def open_api_client() -> None:
+    """Open this process's API client now, with the Prefect settings of the calling thread (its
+    ``PREFECT_API_URL``), instead of at the first slot request, in whatever thread makes it. Idempotent."""
+    _api()
+
+
+def close_api_client() -> None:
+    """Close this process's API client; the next slot request (or :func:`open_api_client`) opens a new
+    one with the settings then current. Leases held are not given back: call
+    :func:`release_spare_slots` first."""
+    global _client
+    with _client_lock:
+        client, _client = _client, None
+    if client is not None:
+        client.__exit__(None, None, None)
+
+
 @contextlib.contextmanager
 def hold_slot(
     name: str | None, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, holder: UUID | None = None
@@ -428,9 +445,11 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "HANDOVER_GRACE_SECONDS",
     "HANDOVER_MAX_AGE_SECONDS",
+    "close_api_client",
     "handovers",
     "held_leases",
     "hold_slot",
+    "open_api_client",
     "release_spare_slots",
     "server_calls",
     "spare_leases",

@@ -129,14 +129,14 @@ def test_a_killed_run_gives_its_slots_back_within_the_lease(cli, server):
 
 
 @pytest.fixture
-def limit(prefect_server, monkeypatch):
+def limit(prefect_server):
     """``make(slots) -> name``: a new global concurrency limit on the session's server, with this
     process's slot client (:mod:`tasks.shared_limit`) talking to that server; spares given back after."""
     from tasks import shared_limit
 
-    monkeypatch.setattr(shared_limit, "_client", None)
+    shared_limit.close_api_client()
     with temporary_settings(updates={PREFECT_API_URL: prefect_server}):
-        shared_limit._api()  # opened here: a thread of the test would not see these settings
+        shared_limit.open_api_client()  # opened here: a thread of the test would not see these settings
 
         def make(slots: int) -> str:
             name = f"handover-{uuid.uuid4().hex[:8]}"
@@ -147,8 +147,7 @@ def limit(prefect_server, monkeypatch):
             yield make
         finally:
             shared_limit.release_spare_slots()
-            if shared_limit._client is not None:
-                shared_limit._client.__exit__(None, None, None)
+            shared_limit.close_api_client()
 
 
 def _active(name: str) -> int:
