@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -256,8 +257,11 @@ class FakeProcess:
 
 
 class FakeSandbox:
+    """modal.Sandbox stand-in: its filesystem is a host temp folder (``root``), gone when terminated."""
+
     def __init__(self, root: str, record: dict, env: dict):
         self.root, self.record, self.terminated, self.env = root, record, False, env
+        record["sandbox"] = self
 
     def exec(self, *argv: str, timeout: int | None = None, text: bool = True) -> FakeProcess:
         assert not self.terminated and text is False
@@ -270,6 +274,7 @@ class FakeSandbox:
     def terminate(self) -> None:
         self.terminated = True
         self.record["terminated"] = True
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def make_fake_modal(record: dict) -> types.ModuleType:
@@ -323,7 +328,7 @@ def test_modal_sandbox_lifecycle_commands_files_and_limits(monkeypatch):
             "args": ("sleep", "infinity"), "app": ("app", "hermes-batch"), "image": ("image", "python:3.11-slim"),
             "timeout": 86400, "cpu": 2.0, "memory": 2048, "block_network": True,
         }  # fmt: skip
-        root = env._sandbox.root
+        root = record["sandbox"].root
         assert os.path.isdir(f"{root}/workspace/proj")  # created by start()
         result = env.execute("echo out; echo err >&2; exit 5")
         assert (result.returncode, result.output) == (5, "out\nerr\n")
@@ -337,7 +342,7 @@ def test_modal_sandbox_lifecycle_commands_files_and_limits(monkeypatch):
         assert (timed.returncode, timed.timed_out, timed.output) == (124, True, "first\n")
         big = env.execute("seq 1 5000")
         assert big.truncated and "[OUTPUT TRUNCATED - " in big.output and big.output.endswith("5000\n")
-    assert record["terminated"] is True
+    assert record["terminated"] is True and not os.path.exists(root)
     with pytest.raises(SandboxError, match="not running"):
         env.execute("true")
 
