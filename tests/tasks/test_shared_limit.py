@@ -277,7 +277,8 @@ def test_a_process_reusing_its_slot_lets_another_run_in_within_the_max_age(limit
         loop.join(timeout=30)
     assert not errors, errors
     shared_limit.release_spare_slots()
-    assert _active(name) == 0
+    # a spare past its grace is given back by the renewal thread instead, its request maybe still on its way
+    wait_until(lambda: _active(name) == 0, 5)
 
 
 def test_a_stop_ends_a_wait_for_a_slot_at_once_and_gives_the_spares_back(limit, monkeypatch):
