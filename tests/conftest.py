@@ -177,6 +177,26 @@ def conversation_key(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()[:16]
 
 
+def model_requests(server, prompt: str) -> int:
+    """How many requests the mock ``server`` answered for the conversation that began with ``prompt``."""
+    return server.stats()["by_conversation"].get(conversation_key(prompt), 0)
+
+
+def write_prompts(path, prompts: list[str], **fields):
+    """Write a dataset: one JSON line ``{"prompt": p, **fields}`` per prompt to ``path``; returns ``path``."""
+    import json
+
+    path.write_text("".join(json.dumps({"prompt": p, **fields}) + "\n" for p in prompts), encoding="utf-8")
+    return path
+
+
+def jsonl_rows(path) -> list[dict]:
+    """Every line of a JSONL file, parsed (a blank or torn line fails: the run folder's files have none)."""
+    import json
+
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 @pytest.fixture(scope="session")
 def migrated_prefect_db():
     """A Prefect SQLite database with all of Prefect's migrations applied, made once per machine and

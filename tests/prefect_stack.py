@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import conversation_key, free_port
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -212,11 +212,3 @@ class Stack:
             },
         )
         assert reply.status_code in (200, 201) and reply.json()["status"] == "ACCEPT", reply.text
-
-
-def jsonl_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def model_requests(server, prompt: str) -> int:
-    return server.stats()["by_conversation"].get(conversation_key(prompt), 0)

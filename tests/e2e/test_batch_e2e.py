@@ -17,7 +17,7 @@ import pytest
 from prefect.client.schemas.objects import StateType
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tests.conftest import conversation_key, run_args
+from tests.conftest import jsonl_rows, model_requests, run_args
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +42,6 @@ def _write_dataset(path: Path, prompts: list[str | dict]) -> Path:
     return path
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def _requests(server, prompt: str) -> int:
-    return server.stats()["by_conversation"].get(conversation_key(prompt), 0)
-
-
 def _args(dataset: Path, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
     return run_args(dataset, run, server, *extra, model=model)
 
@@ -63,7 +55,7 @@ def test_golden_run_every_output_file(cli, mock_server):
     run = cli.cwd / "data" / "golden"
 
     # batch files: 5 prompts by 2 -> batches 0, 1, 2
-    batches = {n: _jsonl(run / f"batch_{n}.jsonl") for n in range(3)}
+    batches = {n: jsonl_rows(run / f"batch_{n}.jsonl") for n in range(3)}
     assert sorted(p.name for p in run.glob("batch_*.jsonl")) == [
         "batch_0.jsonl",
         "batch_1.jsonl",
@@ -99,7 +91,7 @@ def test_golden_run_every_output_file(cli, mock_server):
             assert row["tool_error_counts"] == dict.fromkeys(ALL_POSSIBLE_TOOLS, 0)
     assert batches[2][0]["metadata"]["source"] == {"topic": "x"}
 
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["prompt_index"] for r in merged] == [0, 1, 2, 3, 4]
     by_index = {r["prompt_index"]: r for rows in batches.values() for r in rows}
     assert merged == [by_index[i] for i in range(5)]
@@ -142,7 +134,7 @@ def test_golden_run_every_output_file(cli, mock_server):
     assert info["defining"]["model"] == "mock/scripted" and info["defining"]["max_turns"] == 10
     assert info["dataset"]["records"] == 5 and len(info["invocations"]) == 1
     assert not (run / "failures.jsonl").exists() and not (run / "discarded.jsonl").exists()
-    assert [_requests(mock_server, p) for p in prompts] == [3] * 5
+    assert [model_requests(mock_server, p) for p in prompts] == [3] * 5
 
     # the merged file loads with HuggingFace datasets without schema errors
     os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -159,8 +151,8 @@ def test_golden_run_every_output_file(cli, mock_server):
     assert again.returncode == 2 and "--resume" in again.stderr
     resumed = cli(*_args(dataset, "golden", mock_server, "--resume"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert [_requests(mock_server, p) for p in prompts] == [3] * 5
-    assert _jsonl(run / "trajectories.jsonl") == merged
+    assert [model_requests(mock_server, p) for p in prompts] == [3] * 5
+    assert jsonl_rows(run / "trajectories.jsonl") == merged
     # changing a defining setting is refused with the difference named
     changed = cli(*_args(dataset, "golden", mock_server, "--resume", "--max_turns=5"))
     assert changed.returncode == 2 and "max_turns: 10 -> 5" in changed.stderr
@@ -180,21 +172,21 @@ def test_kill_then_resume_loses_nothing_and_repeats_nothing(cli, mock_server):
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    before = {r["metadata"]["prompt_id"]: r for p in run.glob("batch_*.jsonl") for r in _jsonl(p)}
+    before = {r["metadata"]["prompt_id"]: r for p in run.glob("batch_*.jsonl") for r in jsonl_rows(p)}
     assert 4 <= len(before) < 16
-    requests_before = {p: _requests(mock_server, p) for p in prompts}
+    requests_before = {p: model_requests(mock_server, p) for p in prompts}
 
     resumed = cli(*args, "--num_workers=4", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["prompt_index"] for r in merged] == list(range(16))
     assert [r["conversations"][1]["value"] for r in merged] == prompts
     finished_before = {r["conversations"][1]["value"] for r in before.values()}
     for prompt in prompts:
         if prompt in finished_before:  # finished before the kill: not sent to the model again
-            assert _requests(mock_server, prompt) == requests_before[prompt] == 3
+            assert model_requests(mock_server, prompt) == requests_before[prompt] == 3
         else:
-            assert _requests(mock_server, prompt) >= 3
+            assert model_requests(mock_server, prompt) >= 3
     for path in run.glob("*.jsonl"):
         for line in path.read_text(encoding="utf-8").splitlines():
             json.loads(line)  # no torn line anywhere
@@ -209,21 +201,21 @@ def test_reordered_and_extended_dataset_runs_only_new_prompts(cli, mock_server):
     _write_dataset(dataset, reordered)
     proc = cli(*_args(dataset, "reorder", mock_server, "--resume"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [_requests(mock_server, p) for p in old] == [3] * 4  # nothing finished ran again
-    assert [_requests(mock_server, p) for p in new] == [3, 3]
-    merged = _jsonl(cli.cwd / "data" / "reorder" / "trajectories.jsonl")
+    assert [model_requests(mock_server, p) for p in old] == [3] * 4  # nothing finished ran again
+    assert [model_requests(mock_server, p) for p in new] == [3, 3]
+    merged = jsonl_rows(cli.cwd / "data" / "reorder" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in merged] == reordered
     assert [r["prompt_index"] for r in merged] == list(range(6))
     batch_files = sorted(p.name for p in (cli.cwd / "data" / "reorder").glob("batch_*.jsonl"))
     assert batch_files == ["batch_0.jsonl", "batch_1.jsonl", "batch_2.jsonl"]  # new rows in a new batch
-    assert len(_jsonl(cli.cwd / "data" / "reorder" / "batch_2.jsonl")) == 2
+    assert len(jsonl_rows(cli.cwd / "data" / "reorder" / "batch_2.jsonl")) == 2
 
 
 def test_duplicate_prompts_each_get_a_row(cli, mock_server):
     dataset = _write_dataset(cli.cwd / "dups.jsonl", ["dup prompt", "dup prompt", "dup other"])
     proc = cli(*_args(dataset, "dups", mock_server))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    merged = _jsonl(cli.cwd / "data" / "dups" / "trajectories.jsonl")
+    merged = jsonl_rows(cli.cwd / "data" / "dups" / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in merged] == ["dup prompt", "dup prompt", "dup other"]
     assert len({r["metadata"]["prompt_id"] for r in merged}) == 3
 
@@ -242,16 +234,16 @@ def test_faults_land_in_the_right_place(cli, mock_server):
     proc = cli(*_args(dataset, "faults", mock_server, "--max_turns=3", "--retries=0"))
     assert proc.returncode == 1, proc.stderr[-3000:]
     run = cli.cwd / "data" / "faults"
-    failures = _jsonl(run / "failures.jsonl")
+    failures = jsonl_rows(run / "failures.jsonl")
     assert [(f["prompt_index"], f["error_type"]) for f in failures] == [(0, "ModelError")]
     assert "HTTP 500" in failures[0]["message"]
-    assert [t["prompt_index"] for t in _jsonl(run / "discarded.jsonl")] == [2]
-    merged = {r["prompt_index"]: r for r in _jsonl(run / "trajectories.jsonl")}
+    assert [t["prompt_index"] for t in jsonl_rows(run / "discarded.jsonl")] == [2]
+    merged = {r["prompt_index"]: r for r in jsonl_rows(run / "trajectories.jsonl")}
     assert sorted(merged) == [1, 4, 5, 6]  # 0 failed, 2 discarded, 3 filtered (hallucinated tool)
     assert merged[4]["completed"] is False and merged[4]["api_calls"] == 3
     assert merged[5]["partial"] is True
     assert merged[1]["completed"] is True and merged[1]["partial"] is False
-    assert _requests(mock_server, prompts[1]) == 4  # one 429, then three answered calls
+    assert model_requests(mock_server, prompts[1]) == 4  # one 429, then three answered calls
     stats = json.loads((run / "statistics.json").read_text())
     assert (stats["failed"], stats["discarded_no_reasoning"], stats["filtered_hallucinated"]) == (1, 1, 1)
     assert stats["completed"] == 4
@@ -280,7 +272,7 @@ def test_failure_kinds_tell_the_provider_and_this_machine_from_the_model(cli, mo
     proc = cli(*args, env={"HERMES_LOCAL_ISOLATION": "bwrap"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     run = cli.cwd / "data" / "kinds"
-    failures = sorted(_jsonl(run / "failures.jsonl"), key=lambda f: f["prompt_index"])
+    failures = sorted(jsonl_rows(run / "failures.jsonl"), key=lambda f: f["prompt_index"])
     assert [(f["prompt_index"], f["error_type"], f["kind"], f["attempts"]) for f in failures] == [
         (0, "ModelError", "provider", 2),  # transient: retried
         (1, "SandboxError", "infra", 2),  # this machine's failure: retried like a transient one
@@ -299,7 +291,7 @@ def test_failure_kinds_tell_the_provider_and_this_machine_from_the_model(cli, mo
     stats = json.loads((run / "statistics.json").read_text())
     assert stats["failed"] == 3
     assert stats["failed_by_kind"] == {"model": 1, "provider": 1, "infra": 1}
-    assert [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")] == [3]
+    assert [r["prompt_index"] for r in jsonl_rows(run / "trajectories.jsonl")] == [3]
 
 
 def test_invalid_dataset_is_refused_before_any_model_call(cli, mock_server):
@@ -310,11 +302,11 @@ def test_invalid_dataset_is_refused_before_any_model_call(cli, mock_server):
     proc = cli(*_args(path, "bad", mock_server))
     assert proc.returncode == 2
     assert "line 2" in proc.stderr and "line 4" in proc.stderr and "line 5" in proc.stderr
-    assert _requests(mock_server, "invalid-dataset ok") == 0
+    assert model_requests(mock_server, "invalid-dataset ok") == 0
     assert not (cli.cwd / "data" / "bad").exists()
     skipped = cli(*_args(path, "bad", mock_server, "--skip_invalid"))
     assert skipped.returncode == 0, skipped.stderr[-3000:]
-    assert len(_jsonl(cli.cwd / "data" / "bad" / "trajectories.jsonl")) == 1
+    assert len(jsonl_rows(cli.cwd / "data" / "bad" / "trajectories.jsonl")) == 1
 
 
 def test_validation_errors_exit_non_zero_with_one_line(cli):
@@ -364,7 +356,7 @@ def test_a_second_invocation_on_a_run_in_use_refuses(cli, mock_server):
     with RunLock(cli.cwd / "data" / "locked"):
         proc = cli(*_args(dataset, "locked", mock_server))
     assert proc.returncode == 2 and "is in use by another invocation" in proc.stderr
-    assert _requests(mock_server, "lock prompt") == 0
+    assert model_requests(mock_server, "lock prompt") == 0
 
 
 def test_num_workers_model_requests_are_in_flight_never_more(cli):
@@ -382,4 +374,4 @@ def test_num_workers_model_requests_are_in_flight_never_more(cli):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert stats["requests"] == 9 and stats["in_flight"] == 0
     assert stats["peak_in_flight"] == 3
-    assert len(_jsonl(cli.cwd / "data" / "window" / "trajectories.jsonl")) == 9
+    assert len(jsonl_rows(cli.cwd / "data" / "window" / "trajectories.jsonl")) == 9

@@ -23,7 +23,14 @@ import psutil
 import pytest
 
 from hermes_core.mockllm import MockServer
-from tests.conftest import conversation_key, prefect_home_from, process_alive, run_args
+from tests.conftest import (
+    conversation_key,
+    jsonl_rows,
+    prefect_home_from,
+    process_alive,
+    run_args,
+    write_prompts,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,15 +38,6 @@ REPO = Path(__file__).resolve().parents[2]
 SLOW_MODEL = "mock/scripted?latency_ms=2000"  # 3 requests a prompt: ~6 s each
 API_GONE_WITHIN = 20.0
 """Seconds the local API may take to end after the command line did (it stops in ~2 s)."""
-
-
-def _write(path: Path, prompts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
-    return path
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _rows(run: Path) -> list[dict]:
@@ -146,7 +144,7 @@ def server(tmp_path):
 
 def _slow_run(cli_cwd: Path, server: MockServer, name: str, n: int = 6) -> tuple[list[str], list[str]]:
     prompts = [f"{name} lifecycle prompt {i}: list files" for i in range(n)]
-    dataset = _write(cli_cwd / f"{name}.jsonl", prompts)
+    dataset = write_prompts(cli_cwd / f"{name}.jsonl", prompts)
     return prompts, run_args(dataset, name, server, "--num_workers=2", model=SLOW_MODEL)
 
 
@@ -156,7 +154,7 @@ def _check_resume(
     """``--resume`` finishes the run: one row per prompt, and no finished prompt sent again."""
     resumed = cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert len(merged) == len(prompts)
     assert [r["conversations"][1]["value"] for r in merged] == prompts
     by_conversation = server.stats()["by_conversation"]
@@ -319,7 +317,7 @@ def _lock_holder(run: Path) -> int | None:
 def test_a_second_invocation_on_a_run_in_use_exits_2_and_the_first_goes_on(cli, server, migrated_prefect_db):
     home = prefect_home_from(migrated_prefect_db, cli.cwd / "local-prefect-home")
     prompts = [f"twice lifecycle prompt {i}: list files" for i in range(4)]
-    dataset = _write(cli.cwd / "twice.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "twice.jsonl", prompts)
     args = run_args(dataset, "twice", server, "--num_workers=2", model="mock/scripted?latency_ms=300")
     run = cli.cwd / "data" / "twice"
     log = cli.cwd / "first.log"
@@ -354,7 +352,7 @@ def test_a_second_invocation_on_a_run_in_use_exits_2_and_the_first_goes_on(cli, 
         if first.poll() is None:
             first.kill()
     assert code == 0, _tail(log)
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in merged] == prompts
     assert [server.stats()["by_conversation"][conversation_key(p)] for p in prompts] == [3] * 4
     assert _lock_holder(run) is None  # released at exit
@@ -414,7 +412,7 @@ def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server, mig
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert len(_jsonl(run / "trajectories.jsonl")) == len(prompts)
+    assert len(jsonl_rows(run / "trajectories.jsonl")) == len(prompts)
     assert "sk-lifecycle-test-0123456789" not in log.read_text(errors="replace")
     assert (
         "warning: --concurrency_limit local-only is on this command's own local Prefect API: no other run sees it"

@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.prefect_stack import REPO, TERMINAL, api_call, jsonl_rows, model_requests
+from tests.conftest import jsonl_rows, model_requests
+from tests.prefect_stack import REPO, TERMINAL, api_call
 
 pytestmark = pytest.mark.slow
 

@@ -25,11 +25,11 @@ import docker
 import pytest
 
 from hermes_core.environments.docker_engine import LABEL_RUN
-from tests.conftest import wait_until
+from tests.conftest import jsonl_rows, model_requests, wait_until
 from tests.e2e.test_deployments import _dataset
 from tests.flows.test_sandboxes_docker_flow import _tool_outputs
 from tests.hermes_core.environments.test_docker_environment import BUSYBOX, labelled, require_engine
-from tests.prefect_stack import Stack, jsonl_rows, model_requests
+from tests.prefect_stack import Stack
 
 pytestmark = pytest.mark.slow
 

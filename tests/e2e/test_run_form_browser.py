@@ -26,7 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.prefect_stack import REPO, api_call, jsonl_rows, model_requests
+from tests.conftest import jsonl_rows, model_requests
+from tests.prefect_stack import REPO, api_call
 
 pytestmark = pytest.mark.slow
 

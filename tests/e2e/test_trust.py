@@ -21,21 +21,12 @@ import pytest
 from prefect.client.schemas.objects import StateType
 
 from hermes_core.mockllm import MockServer
-from tests.conftest import conversation_key, run_args
+from tests.conftest import conversation_key, jsonl_rows, run_args, write_prompts
 
 pytestmark = pytest.mark.slow
 
 MODEL_KEY = "sk-or-v1-trust-test-0d5f1e2a9b7c"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYtrust-test"
-
-
-def _write(path: Path, prompts: list[str], **fields) -> Path:
-    path.write_text("".join(json.dumps({"prompt": p, **fields}) + "\n" for p in prompts), encoding="utf-8")
-    return path
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _all_bytes(folder: Path) -> list[tuple[Path, bytes]]:
@@ -62,7 +53,7 @@ def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key
         # the grandparent of a plain local command is this run's Python process, with the keys
         "[mock:command=cat /proc/$(awk '{print $4}' /proc/$PPID/stat)/environ] show the run's environment",
     ]
-    dataset = _write(cli.cwd / "secrets.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "secrets.jsonl", prompts)
     log = tmp_path / "requests.jsonl"
     env = {
         "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
@@ -77,7 +68,7 @@ def test_no_secret_reaches_a_file_the_console_or_the_provider(cli, tmp_path, key
         proc = cli(*run_args(dataset, f"secrets-{key_from}", server, "--verbose", *extra), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = cli.cwd / "data" / f"secrets-{key_from}"
-    rows = {r["conversations"][1]["value"]: r for r in _jsonl(run / "trajectories.jsonl")}
+    rows = {r["conversations"][1]["value"]: r for r in jsonl_rows(run / "trajectories.jsonl")}
     env_output, parent_output, run_output = (rows[p]["conversations"][3]["value"] for p in prompts)
     assert "PATH=" in env_output and "PATH=" in parent_output  # the commands really ran
     assert "[REDACTED]" not in env_output + parent_output  # allow-listed environments: nothing to cut
@@ -123,7 +114,7 @@ def _flow_run_records(api_url: str, flow_run_id: str) -> str:
 
 def test_a_provider_error_that_echoes_the_key_leaks_it_nowhere(cli, tmp_path):
     """401 quoting the Authorization header: the console, the run folder and Prefect's database get [REDACTED]."""
-    dataset = _write(cli.cwd / "echo.jsonl", ["echo auth prompt"])
+    dataset = write_prompts(cli.cwd / "echo.jsonl", ["echo auth prompt"])
     with MockServer() as server:
         args = run_args(dataset, "echo-auth", server, model="mock/scripted?echo_auth=true")
         proc = cli(*args, env={"OPENROUTER_API_KEY": MODEL_KEY})
@@ -131,7 +122,7 @@ def test_a_provider_error_that_echoes_the_key_leaks_it_nowhere(cli, tmp_path):
     console = proc.stdout + proc.stderr
     assert "Incorrect API key provided: Bearer [REDACTED]" in console and MODEL_KEY not in console
     run = cli.cwd / "data" / "echo-auth"
-    failure = _jsonl(run / "failures.jsonl")[0]
+    failure = jsonl_rows(run / "failures.jsonl")[0]
     assert failure["error_type"] == "ModelError" and "[REDACTED]" in failure["message"]
     for path, data in _all_bytes(run):
         assert MODEL_KEY.encode() not in data, path  # .prefect-results included (the stored exception)
@@ -143,12 +134,14 @@ def test_a_provider_error_that_echoes_the_key_leaks_it_nowhere(cli, tmp_path):
 
 def test_the_models_own_text_is_redacted_in_every_row(cli, tmp_path):
     """A model that writes a leaked key in its answer (decoded by itself): rows, cache and export hold [REDACTED]."""
-    dataset = _write(cli.cwd / "answer.jsonl", [f"[mock:turns=0,answer=the key is {MODEL_KEY} ok] answer"])
+    dataset = write_prompts(
+        cli.cwd / "answer.jsonl", [f"[mock:turns=0,answer=the key is {MODEL_KEY} ok] answer"]
+    )
     with MockServer() as server:
         proc = cli(*run_args(dataset, "model-text", server), env={"OPENROUTER_API_KEY": MODEL_KEY})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = cli.cwd / "data" / "model-text"
-    row = _jsonl(run / "trajectories.jsonl")[0]
+    row = jsonl_rows(run / "trajectories.jsonl")[0]
     assert row["conversations"][-1]["value"].endswith("the key is [REDACTED] ok")
     exported = cli("export", str(run), "--out", str(tmp_path / "hf"))
     assert exported.returncode == 0, exported.stderr[-3000:]
@@ -178,7 +171,7 @@ def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server,
     held = [
         f"[mock:command=while test -f {hold.name}; do sleep 0.2; done] sigterm held {i}" for i in range(4)
     ]
-    dataset = _write(cli.cwd / "sigterm.jsonl", quick + held, cwd=str(work))
+    dataset = write_prompts(cli.cwd / "sigterm.jsonl", quick + held, cwd=str(work))
     args = run_args(dataset, "sigterm", mock_server, "--num_workers=4")
     proc = cli.spawn(*args)
     run = cli.cwd / "data" / "sigterm"
@@ -187,7 +180,7 @@ def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server,
         assert proc.poll() is None, "the run ended early"
         time.sleep(0.2)
     assert len(_holders(hold)) >= 4, "the held prompts' commands never started"
-    rows_before = _jsonl(run / "batch_0.jsonl")
+    rows_before = jsonl_rows(run / "batch_0.jsonl")
 
     started = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)  # the command line's own process only, as `kill` or a supervisor does
@@ -200,13 +193,13 @@ def test_sigterm_stops_the_run_cleanly_and_resume_completes_it(cli, mock_server,
     flow_run_id = info["invocations"][-1]["flow_run_id"]
     state = httpx.get(f"{cli.api_url}/flow_runs/{flow_run_id}").json()["state"]
     assert state["type"] == StateType.CANCELLED.value and "SIGTERM" in state["message"], state
-    assert _jsonl(run / "batch_0.jsonl") == rows_before  # finished rows intact
+    assert jsonl_rows(run / "batch_0.jsonl") == rows_before  # finished rows intact
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
 
     hold.unlink()
     resumed = cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in merged] == quick + held
     assert len({r["metadata"]["prompt_id"] for r in merged}) == 6
     requests = mock_server.stats()["by_conversation"]
@@ -219,11 +212,11 @@ def test_failures_record_the_attempts_that_really_ran(cli, mock_server):
         "[mock:error_5xx=50] attempts: a 5xx is retried",
         "[mock:hang_s=30] attempts: a prompt timeout is not retried",
     ]
-    dataset = _write(cli.cwd / "attempts.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "attempts.jsonl", prompts)
     proc = cli(*run_args(dataset, "attempts", mock_server, "--retries=2", "--prompt_timeout=2"),
                env={"HERMES_MAX_RETRIES": "0"})  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
-    failures = {f["prompt_index"]: f for f in _jsonl(cli.cwd / "data" / "attempts" / "failures.jsonl")}
+    failures = {f["prompt_index"]: f for f in jsonl_rows(cli.cwd / "data" / "attempts" / "failures.jsonl")}
     assert {i: (f["error_type"], f["attempts"]) for i, f in failures.items()} == {
         0: ("ModelError", 1),
         1: ("ModelError", 3),
@@ -232,19 +225,21 @@ def test_failures_record_the_attempts_that_really_ran(cli, mock_server):
     requests = mock_server.stats()["by_conversation"]
     assert [requests[conversation_key(p)] for p in prompts] == [1, 3, 1]
 
-    hanging = _write(cli.cwd / "hanging.jsonl", ["[mock:hang_s=30,hang_count=5] attempts: timeout retried"])
+    hanging = write_prompts(
+        cli.cwd / "hanging.jsonl", ["[mock:hang_s=30,hang_count=5] attempts: timeout retried"]
+    )
     again = cli(*run_args(hanging, "attempts-retried", mock_server, "--retries=1", "--prompt_timeout=2",
                           "--retry_timeouts"), env={"HERMES_MAX_RETRIES": "0"})  # fmt: skip
     assert again.returncode == 1
     failures = {
-        f["prompt_index"]: f for f in _jsonl(cli.cwd / "data" / "attempts-retried" / "failures.jsonl")
+        f["prompt_index"]: f for f in jsonl_rows(cli.cwd / "data" / "attempts-retried" / "failures.jsonl")
     }
     assert failures[0]["attempts"] == 2  # asked for: the timed-out prompt was tried again
 
 
 def test_overwrite_never_gets_an_old_cached_result(cli, mock_server, tmp_path):
     prompts = ["overwrite cache prompt 0", "overwrite cache prompt 1"]
-    dataset = _write(cli.cwd / "overwrite.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "overwrite.jsonl", prompts)
     shared_cache = tmp_path / "shared-cache"  # outside the run folder: --overwrite does not delete it
     args = run_args(dataset, "overwritten", mock_server, f"--result_storage={shared_cache}")
     assert cli(*args).returncode == 0
@@ -306,7 +301,7 @@ def test_a_lone_surrogate_in_a_reply_or_a_prompt_is_replaced_and_the_run_resumes
         proc = cli(*args)
         assert proc.returncode == 0, proc.stderr[-3000:]
         run = cli.cwd / "data" / "surrogates"
-        rows = _jsonl(run / "trajectories.jsonl")
+        rows = jsonl_rows(run / "trajectories.jsonl")
         assert [r["conversations"][1]["value"] for r in rows] == [
             "plain prompt",
             "broken \ufffd prompt",
@@ -318,14 +313,14 @@ def test_a_lone_surrogate_in_a_reply_or_a_prompt_is_replaced_and_the_run_resumes
         requests = server.stats()["requests"]
         resumed = cli(*args, "--resume")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        assert _jsonl(run / "trajectories.jsonl") == rows and server.stats()["requests"] == requests
+        assert jsonl_rows(run / "trajectories.jsonl") == rows and server.stats()["requests"] == requests
 
 
 def test_the_ephemeral_system_prompt_is_sent_but_kept_out_of_the_run_folder_and_exports(cli, tmp_path):
     """run.json keeps its sha256 (a resume must bring the same one); no file of the run or its export
     holds its text; another prompt on resume is refused before any request."""
     system = "EPHEMERAL-persona-4417: answer as a pirate"
-    dataset = _write(cli.cwd / "ephemeral.jsonl", ["ephemeral prompt 0", "ephemeral prompt 1"])
+    dataset = write_prompts(cli.cwd / "ephemeral.jsonl", ["ephemeral prompt 0", "ephemeral prompt 1"])
     log = tmp_path / "requests.jsonl"
     with MockServer(request_log=str(log), log_bodies=True) as server:
         args = run_args(dataset, "ephemeral", server, f"--ephemeral_system_prompt={system}")

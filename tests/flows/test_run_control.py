@@ -18,18 +18,9 @@ from prefect.client.schemas.objects import StateType
 
 from flows.budget import BUDGET_REACHED
 from hermes_core.mockllm import MockServer
-from tests.conftest import conversation_key, host_pids_with, run_args
+from tests.conftest import conversation_key, host_pids_with, jsonl_rows, run_args, write_prompts
 
 pytestmark = pytest.mark.slow
-
-
-def _write(path: Path, prompts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
-    return path
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _state(cli, run: Path) -> dict:
@@ -46,7 +37,7 @@ def server(tmp_path):
 
 
 def test_a_cost_cap_without_a_cost_source_is_refused_before_any_request(cli, server):
-    dataset = _write(cli.cwd / "nocost.jsonl", ["no cost source 0"])
+    dataset = write_prompts(cli.cwd / "nocost.jsonl", ["no cost source 0"])
     proc = cli(*run_args(dataset, "nocost", server, "--max_cost_usd=1"))
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -58,7 +49,7 @@ def test_a_cost_cap_without_a_cost_source_is_refused_before_any_request(cli, ser
 
 
 def test_an_api_key_secret_that_does_not_load_fails_the_run_before_any_request(cli, server):
-    dataset = _write(cli.cwd / "nosecret.jsonl", ["secret block 0", "secret block 1"])
+    dataset = write_prompts(cli.cwd / "nosecret.jsonl", ["secret block 0", "secret block 1"])
     proc = cli(*run_args(dataset, "nosecret", server, "--api_key_secret=no-such-block"))
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert (
@@ -72,7 +63,7 @@ def test_an_api_key_secret_that_does_not_load_fails_the_run_before_any_request(c
 
 def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli, server):
     prompts = [f"capped prompt {i}: list files" for i in range(12)]
-    dataset = _write(cli.cwd / "capped.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "capped.jsonl", prompts)
     model = "mock/scripted?cost=0.001"  # 3 requests per prompt: $0.003 a prompt
     args = run_args(dataset, "capped", server, "--num_workers=2", model=model)
     proc = cli(*args, "--max_cost_usd=0.01")
@@ -80,7 +71,7 @@ def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli
     run = cli.cwd / "data" / "capped"
     state = _state(cli, run)
     assert state["type"] == StateType.FAILED.value and state["name"] == BUDGET_REACHED, state
-    rows = _jsonl(run / "trajectories.jsonl")  # every output is written
+    rows = jsonl_rows(run / "trajectories.jsonl")  # every output is written
     done = len(rows)
     assert 3 <= done < 12
     message = state["message"]
@@ -95,7 +86,7 @@ def test_the_cap_stops_the_run_and_a_higher_cap_resumes_without_paying_again(cli
 
     resumed = cli(*args, "--max_cost_usd=1", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    merged = _jsonl(run / "trajectories.jsonl")
+    merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["conversations"][1]["value"] for r in merged] == prompts
     by_conversation = server.stats()["by_conversation"]
     assert [by_conversation[conversation_key(p)] for p in prompts] == [3] * 12  # no prompt sent twice
@@ -108,7 +99,7 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
     marker = f"97.{time.monotonic_ns() % 10**6}"
     slow = [f"[mock:command=sh -c 'exec sleep {marker}'] capped slow {i}" for i in range(2)]
     fast = [f"capped fast prompt {i}: list files" for i in range(3)]  # 3 requests each
-    dataset = _write(cli.cwd / "cancel.jsonl", [fast[0], *slow, fast[1], fast[2]])
+    dataset = write_prompts(cli.cwd / "cancel.jsonl", [fast[0], *slow, fast[1], fast[2]])
     model = "mock/scripted?cost=0.01"
     args = run_args(dataset, "capcancel", server, "--num_workers=3", "--on_budget=cancel", model=model)
     started = time.monotonic()
@@ -127,10 +118,10 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
     assert host_pids_with(f"sleep\0{marker}") == []
     run = cli.cwd / "data" / "capcancel"
     assert _state(cli, run)["name"] == BUDGET_REACHED
-    done = [r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")]
+    done = [r["prompt_index"] for r in jsonl_rows(run / "trajectories.jsonl")]
     assert done in ([0, 3], [0])  # prompt 3 ran to its end, or never started
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
-    cancelled = _jsonl(run / "cancelled.jsonl")  # what they had spent still counts
+    cancelled = jsonl_rows(run / "cancelled.jsonl")  # what they had spent still counts
     assert sorted(c["prompt_index"] for c in cancelled) == [1, 2]
     by_conversation = server.stats()["by_conversation"]
     assert conversation_key(fast[2]) not in by_conversation  # never started
@@ -146,18 +137,18 @@ def test_a_cap_smaller_than_one_prompt_costs_at_most_one_request_or_one_prompt(c
     each request checks the cap: ``cancel`` sends no request past it, ``drain`` finishes that one
     prompt (3 requests). Without the slow start the 8 prompts ran at once: $24, 48 times the cap."""
     prompts = [f"costly prompt {i}: list files" for i in range(8)]
-    dataset = _write(cli.cwd / f"costly-{on_budget}.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / f"costly-{on_budget}.jsonl", prompts)
     model = "mock/scripted?cost=1"
     extra = ("--num_workers=8", f"--on_budget={on_budget}")
     proc = cli(*run_args(dataset, f"costly-{on_budget}", server, *extra, model=model), "--max_cost_usd=0.5")
     assert proc.returncode == 3, proc.stderr[-3000:]
     run = cli.cwd / "data" / f"costly-{on_budget}"
-    answered = [line for line in _jsonl(server.log) if line["status"] == 200]
+    answered = [line for line in jsonl_rows(server.log) if line["status"] == 200]
     stats = json.loads((run / "statistics.json").read_text())
-    rows = _jsonl(run / "trajectories.jsonl") if (run / "trajectories.jsonl").exists() else []
+    rows = jsonl_rows(run / "trajectories.jsonl") if (run / "trajectories.jsonl").exists() else []
     if on_budget == "cancel":
         assert len(answered) == 1 and stats["budget"]["cost_usd"] == pytest.approx(1.0)
-        assert rows == [] and [c["prompt_index"] for c in _jsonl(run / "cancelled.jsonl")] == [0]
+        assert rows == [] and [c["prompt_index"] for c in jsonl_rows(run / "cancelled.jsonl")] == [0]
     else:
         assert len(answered) == 3 and stats["budget"]["cost_usd"] == pytest.approx(3.0)
         assert [r["prompt_index"] for r in rows] == [0]
@@ -167,14 +158,14 @@ def test_a_cap_smaller_than_one_prompt_costs_at_most_one_request_or_one_prompt(c
 
 def test_adaptive_concurrency_keeps_under_a_providers_limit(cli, server):
     prompts = [f"rate limited prompt {i}: list files" for i in range(48)]
-    dataset = _write(cli.cwd / "limited.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "limited.jsonl", prompts)
     model = "mock/scripted?max_in_flight=4&latency_ms=400&retry_after=1"
     args = run_args(dataset, "limited", server, "--num_workers=16", "--batch_size=8", model=model)
     proc = cli(*args, env={"HERMES_MAX_RETRIES": "5"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = cli.cwd / "data" / "limited"
-    assert len(_jsonl(run / "trajectories.jsonl")) == 48  # every prompt completes
-    log = _jsonl(server.log)
+    assert len(jsonl_rows(run / "trajectories.jsonl")) == 48  # every prompt completes
+    log = jsonl_rows(server.log)
     served = [line for line in log if line["status"] == 200]
     refused = [line for line in log if line["status"] == 429]
     assert len(served) == 48 * 3
@@ -198,14 +189,14 @@ def test_adaptive_concurrency_keeps_under_a_providers_limit(cli, server):
 
 def test_pilot_projects_the_run_and_resume_does_not_pay_for_it_again(cli, server):
     prompts = [f"pilot prompt {i}: list files" for i in range(10)]
-    dataset = _write(cli.cwd / "pilot.jsonl", prompts)
+    dataset = write_prompts(cli.cwd / "pilot.jsonl", prompts)
     args = run_args(dataset, "pilot", server, "--num_workers=2", "--seed=3", model="mock/scripted?cost=0.001")
     proc = cli(*args, "--pilot=4")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = cli.cwd / "data" / "pilot"
     report = json.loads((run / "pilot.json").read_text())
     drawn = sorted(random.Random(3).sample(range(10), 4))
-    assert sorted(r["prompt_index"] for r in _jsonl(run / "trajectories.jsonl")) == drawn
+    assert sorted(r["prompt_index"] for r in jsonl_rows(run / "trajectories.jsonl")) == drawn
     assert report["prompts_run"] == 4 and report["total_prompts"] == 10
     assert report["cost_per_prompt"]["mean"] == pytest.approx(0.003)
     assert report["projection"]["cost_usd"] == pytest.approx(0.03)
@@ -220,18 +211,18 @@ def test_pilot_projects_the_run_and_resume_does_not_pay_for_it_again(cli, server
     assert full.returncode == 0, full.stderr[-3000:]
     by_conversation = server.stats()["by_conversation"]
     assert [by_conversation[conversation_key(p)] for p in prompts] == [3] * 10  # pilot prompts not re-sent
-    assert len(_jsonl(run / "trajectories.jsonl")) == 10
+    assert len(jsonl_rows(run / "trajectories.jsonl")) == 10
 
 
 def test_a_failed_prompt_records_what_it_spent_and_the_cap_counts_it(cli, server):
-    dataset = _write(cli.cwd / "spentfail.jsonl", ["spent then failed: list files"])
+    dataset = write_prompts(cli.cwd / "spentfail.jsonl", ["spent then failed: list files"])
     model = "mock/scripted?cost=0.001&latency_ms=800&turns=5"  # two calls answered, then the deadline
     args = run_args(dataset, "spentfail", server, "--retries=0", "--prompt_timeout=2", model=model)
     proc = cli(*args, "--max_total_tokens=1000000", env={"HERMES_MAX_RETRIES": "0"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     run = cli.cwd / "data" / "spentfail"
-    [failure] = _jsonl(run / "failures.jsonl")
-    answered = sum(1 for line in _jsonl(server.log) if line["status"] == 200)
+    [failure] = jsonl_rows(run / "failures.jsonl")
+    answered = sum(1 for line in jsonl_rows(server.log) if line["status"] == 200)
     assert failure["error_type"] == "PromptTimeout" and answered >= 1
     # what the client received: an answer that came after the deadline abandoned it is unseen
     received = round(failure["usage"]["cost"] / 0.001)

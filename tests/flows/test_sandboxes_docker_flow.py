@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import conversation_key, run_args
+from tests.conftest import conversation_key, jsonl_rows, run_args
 from tests.hermes_core.environments.test_docker_environment import (
     ABSENT,
     BUSYBOX,
@@ -34,10 +34,6 @@ def engine():
 def _dataset(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def _args(dataset: Path, run: str, server, *extra: str, model: str = "mock/scripted") -> list[str]:
@@ -74,13 +70,13 @@ def test_records_choose_image_and_cwd_missing_image_fails_before_any_model_call(
     assert proc.returncode == 1, proc.stderr[-3000:]
     run = cli.cwd / "data" / "dk-images"
 
-    rows = {r["prompt_index"]: r for r in _jsonl(run / "trajectories.jsonl")}
+    rows = {r["prompt_index"]: r for r in jsonl_rows(run / "trajectories.jsonl")}
     assert sorted(rows) == [0, 1, 2]
     assert _tool_outputs(rows[0]) == [f"{BUSYBOX}\n/srv/bb\nlo"]
     assert _tool_outputs(rows[1]) == [f"{PYTHON}\n/opt/py\nlo"]
     assert _tool_outputs(rows[2]) == [f"{BUSYBOX}\n/workspace\nlo"]
 
-    failures = _jsonl(run / "failures.jsonl")
+    failures = jsonl_rows(run / "failures.jsonl")
     assert [(f["prompt_index"], f["error_type"], f["attempts"]) for f in failures] == [
         (3, "ImageUnavailable", 0)
     ]
@@ -126,7 +122,7 @@ def test_killed_run_leaves_containers_that_the_next_run_removes(cli, mock_server
         "removed 3 container(s) left by an earlier invocation of this run" in resumed.stdout + resumed.stderr
     )
     assert labelled(engine, "dk-killed") == []
-    assert len(_jsonl(cli.cwd / "data" / "dk-killed" / "trajectories.jsonl")) == 3
+    assert len(jsonl_rows(cli.cwd / "data" / "dk-killed" / "trajectories.jsonl")) == 3
 
 
 def _wait_for_containers(engine, run: str, prompts: list[str], proc, server) -> None:

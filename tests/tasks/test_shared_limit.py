@@ -6,13 +6,11 @@ of this test process that refuses (429) a request arriving while more than 4 are
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 import time
 import uuid
-from pathlib import Path
 from uuid import UUID
 
 import pytest
@@ -20,18 +18,13 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from flows.prefect_adapter import concurrency_limit_usage, ensure_concurrency_limit
 from hermes_core.mockllm import MockServer
-from tests.conftest import run_args, wait_until
+from tests.conftest import run_args, wait_until, write_prompts
 
 pytestmark = pytest.mark.slow
 
 REPOSSESSOR_PASS_S = (
     15  # the server's pass over expired leases (PREFECT_SERVER_SERVICES_REPOSSESSOR_LOOP_SECONDS)
 )
-
-
-def _write(path: Path, prompts: list[str]) -> Path:
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
-    return path
 
 
 def _usage(cli, name: str) -> dict:
@@ -51,7 +44,9 @@ def test_two_runs_of_16_workers_share_4_slots_and_the_provider_refuses_nothing(c
     procs = {}
 
     def run(label: str) -> None:
-        dataset = _write(cli.cwd / f"{label}.jsonl", [f"{label} prompt {i}: list files" for i in range(24)])
+        dataset = write_prompts(
+            cli.cwd / f"{label}.jsonl", [f"{label} prompt {i}: list files" for i in range(24)]
+        )
         procs[label] = cli(
             *run_args(dataset, label, server, "--num_workers=16", model=model),
             f"--concurrency_limit={name}",
@@ -85,7 +80,7 @@ def test_two_runs_of_16_workers_share_4_slots_and_the_provider_refuses_nothing(c
 
 
 def test_a_missing_limit_without_slots_fails_the_run_before_any_request(cli, server):
-    dataset = _write(cli.cwd / "nolimit.jsonl", ["no limit 0"])
+    dataset = write_prompts(cli.cwd / "nolimit.jsonl", ["no limit 0"])
     proc = cli(*run_args(dataset, "nolimit", server), "--concurrency_limit=never-created")
     assert proc.returncode == 1, proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
@@ -100,7 +95,7 @@ def test_a_killed_run_gives_its_slots_back_within_the_lease(cli, server):
     with temporary_settings(updates={PREFECT_API_URL: cli.api_url}):
         assert ensure_concurrency_limit(name, 3) == (3, True)
         assert ensure_concurrency_limit(name, 7) == (3, False)  # an existing limit is left as it is
-    dataset = _write(cli.cwd / "killed.jsonl", [f"killed prompt {i}: list files" for i in range(8)])
+    dataset = write_prompts(cli.cwd / "killed.jsonl", [f"killed prompt {i}: list files" for i in range(8)])
     model = "mock/scripted?latency_ms=600000"  # requests that never end while the test runs
     proc = cli.spawn(
         *run_args(dataset, "killed", server, "--num_workers=8", model=model),
