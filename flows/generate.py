@@ -26,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 from prefect.states import Cancelled, Completed, Failed, State
@@ -35,7 +35,7 @@ from flows import pilot as pilot_run
 from flows.budget import BUDGET_REACHED, Budget
 from flows.config import BatchConfig, options_docstring, options_signature
 from flows.dispatch import run_prompts
-from flows.prefect_adapter import ensure_concurrency_limit, set_parameters
+from flows.prefect_adapter import ensure_concurrency_limit, flow_with_json_parameters, set_parameters
 from flows.progress import RunProgress, meter_text
 from flows.report import finish_run, run_meter
 from flows.stopping import RunStop
@@ -300,7 +300,7 @@ def _shared_limit(config: BatchConfig, logger) -> tuple[int | None, str]:
 
 
 set_parameters(_generate_trajectories, options_signature(), options_docstring())  # one parameter per option
-generate_trajectories = flow(name="generate-trajectories", persist_result=False, log_prints=True)(
-    _generate_trajectories
+generate_trajectories = flow_with_json_parameters(
+    _generate_trajectories, name="generate-trajectories", persist_result=False, log_prints=True
 )
 """The ``generate-trajectories`` flow. Call it with the flat options: ``generate_trajectories(**config.options())``."""

@@ -119,6 +119,35 @@ def test_the_generate_flow_has_one_parameter_per_option():
     )
 
 
+def test_the_generate_flow_stores_its_parameters_as_prefect_would_without_importing_fastapi():
+    import subprocess
+    import sys
+
+    code = """
+import json, sys
+from prefect.futures import PrefectConcurrentFuture
+from flows.config import BatchConfig
+from flows.generate import generate_trajectories
+options = BatchConfig.from_options(
+    dataset_file="d.jsonl", batch_size=2, run_name="r", providers_allowed="a,b", max_turns=4
+).options()
+odd = {"future": object.__new__(PrefectConcurrentFuture), "opaque": object(), "path": __import__("pathlib").Path("/x")}
+ours = generate_trajectories.serialize_parameters({**options, **odd})
+imported = "fastapi" in sys.modules
+from prefect import Flow
+theirs = Flow.serialize_parameters(generate_trajectories, {**options, **odd})
+print(json.dumps({"imported": imported, "ours": ours, "theirs": theirs}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seen = __import__("json").loads(out.stdout)
+    assert seen["imported"] is False, "the generate flow's parameters imported FastAPI"
+    assert seen["ours"] == seen["theirs"], changed("Flow.serialize_parameters encodes differently now")
+    assert seen["ours"]["providers_allowed"] == ["a", "b"] and seen["ours"]["max_turns"] == 4
+    assert (seen["ours"]["future"], seen["ours"]["opaque"], seen["ours"]["path"]) == (
+        "<PrefectConcurrentFuture>", "<object>", "/x"
+    )  # fmt: skip
+
+
 def test_log_and_event_workers_can_be_drained():
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
