@@ -63,8 +63,8 @@ def find_chromium(settings: HermesSettings) -> str | None:
 def unavailable_reason(settings: HermesSettings) -> str | None:
     """Availability of the browser tools: None when Playwright is installed and Chromium is found.
 
-    Playwright is looked up, not imported (``find_spec``: its async API costs ~45 ms to import, which every run that checks its toolsets
-    paid); the first browser tool call imports it.
+    Playwright is looked up, not imported (``find_spec``: its async API costs ~45 ms to import,
+    which every run that checks its toolsets paid); the first browser tool call imports it.
     """
     if importlib.util.find_spec("playwright") is None:
         return "playwright is not installed (pip install playwright; no browser download needed)"
