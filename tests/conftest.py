@@ -248,9 +248,22 @@ def prefect_home_from(template, home):
     return home
 
 
+IDLE_SERVICES = (
+    "SCHEDULER", "LATE_RUNS", "PAUSE_EXPIRATIONS", "FOREMAN", "CLEANUP_RECONCILER", "CANCELLATION_CLEANUP",
+)  # fmt: skip
+"""Prefect server services the session's :func:`prefect_server` runs without (``PREFECT_SERVER_SERVICES_<NAME>_ENABLED``):
+schedules, late and paused runs, work-pool health, worker cleanup, and cancelling the children of a cancelled
+flow run after the fact. No test of that server schedules a deployment, starts a worker or pauses a run."""
+
+
 @pytest.fixture(scope="session")
 def prefect_server(tmp_path_factory, migrated_prefect_db):
     """A real ``prefect server`` (SQLite in a temp folder) on a free loopback port for the session.
+
+    It runs the services its tests use (events, task-run recording, automations' triggers, the
+    lease repossessor of the shared limit); those of :data:`IDLE_SERVICES` are off: they serve
+    schedules, workers and pauses, which only the deployment ``stack`` (every service on) has.
+    Each costs CPU on a timer (~0.8 s a minute for the six), in each of the suite's servers.
 
     Yields its API URL (``http://127.0.0.1:PORT/api``).
     """
@@ -267,6 +280,7 @@ def prefect_server(tmp_path_factory, migrated_prefect_db):
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
         "PREFECT_UI_ENABLED": "false",
+        **{f"PREFECT_SERVER_SERVICES_{name}_ENABLED": "false" for name in IDLE_SERVICES},
     }
     env.pop("PREFECT_API_URL", None)
     log = open(home / "server.log", "wb")
