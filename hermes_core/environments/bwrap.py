@@ -39,13 +39,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 from hermes_core.environments.native_agent import native_agent
 from hermes_core.environments.outbound import OutboundNetwork, resolv_conf
 from hermes_core.environments.poll import readable
+from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.exceptions import SandboxError
 
 AGENT = r"""
@@ -732,7 +732,7 @@ def _received_fds(ancillary) -> list[int]:
 @functools.lru_cache(maxsize=1)
 def _resolv_file() -> str:
     """A host file (made once per process, removed at its exit) holding the outbound sandboxes' ``/etc/resolv.conf``."""
-    folder = tempfile.mkdtemp(prefix="hermes-resolv-")
+    folder = make_temp_dir("hermes-resolv-")
     atexit.register(shutil.rmtree, folder, True)
     path = os.path.join(folder, "resolv.conf")
     with open(path, "w") as fh:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
 
+from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 
@@ -45,8 +45,8 @@ def bwrap_problem() -> str | None:
 def _probe(bwrap: str, network: str) -> str | None:
     from hermes_core.environments.bwrap import BwrapSandbox
 
-    home = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-"))
-    tmp = os.path.realpath(tempfile.mkdtemp(prefix="hermes-probe-tmp-"))
+    home = make_temp_dir("hermes-probe-")
+    tmp = make_temp_dir("hermes-probe-tmp-")
     sandbox = BwrapSandbox(bwrap, home, tmp, {"PATH": "/usr/bin:/bin"}, network=network)
     try:
         sandbox.start()

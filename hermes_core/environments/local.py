@@ -37,7 +37,6 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -46,6 +45,7 @@ from hermes_core.environments.bwrap import BwrapSandbox
 from hermes_core.environments.isolation import bwrap_problem, sandbox_network, uses_bwrap
 from hermes_core.environments.output import BoundedOutput
 from hermes_core.environments.sandbox_env import local_environment
+from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.environments.workdir import cwd_problem, prepare_workdir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -142,10 +142,10 @@ class LocalEnvironment(SandboxLifecycle):
             if problem:
                 raise SandboxError(f"cannot use the record's cwd: {problem}")
         try:
-            home = self._keep("_tempdir", os.path.realpath(tempfile.mkdtemp(prefix="hermes-")))
+            home = self._keep("_tempdir", make_temp_dir("hermes-"))
             cwd = prepare_workdir(home, requested)
             if isolate:
-                self._keep("_sandbox_tmp", os.path.realpath(tempfile.mkdtemp(prefix="hermes-sbtmp-")))
+                self._keep("_sandbox_tmp", make_temp_dir("hermes-sbtmp-"))
         except (OSError, ValueError, shutil.Error) as exc:
             self.close()
             raise SandboxError(f"cannot create working directory: {exc}") from exc

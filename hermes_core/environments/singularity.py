@@ -31,12 +31,12 @@ import secrets
 import shlex
 import shutil
 import subprocess
-import tempfile
 
 from hermes_core.environments import ContainerSandbox, ExecResult
 from hermes_core.environments._scripts import RUN_SH, ScriptedFiles, file_argv
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.environments.sandbox_env import listed_environment
+from hermes_core.environments.scratch import make_temp_file
 from hermes_core.exceptions import SandboxError
 
 logger = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class SingularityEnvironment(ScriptedFiles, ContainerSandbox):
         listed = listed_environment(self.settings)
         if not listed:
             return
-        fd, self._env_file = tempfile.mkstemp(prefix="hermes-env-")  # mode 0600
+        fd, self._env_file = make_temp_file("hermes-env-")  # mode 0600
         with os.fdopen(fd, "w") as fh:
             fh.writelines(f"export {name}={shlex.quote(value)}\n" for name, value in listed.items())
 

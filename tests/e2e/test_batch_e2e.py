@@ -162,7 +162,9 @@ def test_kill_then_resume_loses_nothing_and_repeats_nothing(cli, mock_server):
     prompts = [f"kill test prompt {i}" for i in range(16)]
     dataset = _write_dataset(cli.cwd / "kill.jsonl", prompts)
     args = _args(dataset, "killed", mock_server, "--num_workers=2", model="mock/scripted?latency_ms=300")
-    proc = cli.spawn(*args)
+    temp = cli.cwd / "temp"  # the runs' temp folder (TMPDIR): where their sandboxes' host folders are
+    temp.mkdir()
+    proc = cli.spawn(*args, env={"TMPDIR": str(temp)})
     run = cli.cwd / "data" / "killed"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -175,9 +177,12 @@ def test_kill_then_resume_loses_nothing_and_repeats_nothing(cli, mock_server):
     before = {r["metadata"]["prompt_id"]: r for p in run.glob("batch_*.jsonl") for r in jsonl_rows(p)}
     assert 4 <= len(before) < 16
     requests_before = {p: model_requests(mock_server, p) for p in prompts}
+    [left] = temp.glob("hermes-run-*")  # SIGKILL: the killed run's scratch folder stays, for now
+    assert any(left.glob("hermes-*"))  # with the folders of its prompts in flight
 
-    resumed = cli(*args, "--num_workers=4", "--resume")
+    resumed = cli(*args, "--num_workers=4", "--resume", env={"TMPDIR": str(temp)})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert os.listdir(temp) == []  # the resume removed the killed run's folders, then its own
     merged = jsonl_rows(run / "trajectories.jsonl")
     assert [r["prompt_index"] for r in merged] == list(range(16))
     assert [r["conversations"][1]["value"] for r in merged] == prompts

@@ -59,7 +59,11 @@ def test_two_isolated_prompts_cannot_see_each_other_or_the_network(listener):
         peek = b.execute(f"cat {a.cwd}/secret.txt; ls {a.cwd}; ls /root /home /work 2>&1 | wc -l")
         assert "A's secret" not in peek.output
         assert f"cat: {a.cwd}/secret.txt: No such file or directory" in peek.output
-        assert b.execute("ls /tmp").output.split() == [os.path.basename(b.cwd)]
+        # b's /tmp holds only the path to its own folder (in this process's scratch folder), not a's
+        scratch = os.path.dirname(b.cwd)
+        assert os.path.dirname(a.cwd) == scratch
+        assert b.execute("ls /tmp").output.split() == [os.path.basename(scratch)]
+        assert b.execute(f"ls {scratch}").output.split() == [os.path.basename(b.cwd)]
         with pytest.raises(FileNotFoundError):
             b.read_file(f"{a.cwd}/secret.txt")  # the file methods see the sandbox's view too
         assert b.execute(connect_cmd(listener)).output == "unreachable\n"
