@@ -86,7 +86,7 @@ def _generate_trajectories(**options: Any) -> State:
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
     resume = config.resume or retried
     run_dir = config.run_dir
-    cancel.hold_new_prompts(False)  # a budget stop of an earlier flow run in this process is over
+    cancel.reset()  # a stop (budget, cancel, signal) of an earlier flow run in this process is over
     shared_slots, shared_line = _shared_limit(config, logger)
     with RunStop(flow_run.id) as stop, RunLock(run_dir):
         check_run_dir(

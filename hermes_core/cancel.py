@@ -65,6 +65,19 @@ def hold_new_prompts(hold: bool = True) -> None:
         _no_new.clear()
 
 
+def reset() -> None:
+    """Forget an earlier stop of this process: a new run starts with nothing cancelled or held.
+
+    :func:`cancel_running` and :func:`hold_new_prompts` last for the life of the process, which is
+    what a command line wants (it ends with its run). A process that runs another flow run after
+    a stopped one (a Python session calling the flow twice, a test session) must not see that run
+    cancelled from its first prompt: the flow calls this when it starts, before any prompt runs.
+    Not for use while prompts run (they would no longer stop).
+    """
+    _cancelled.clear()
+    _no_new.clear()
+
+
 def check_may_start(*, retry: bool = False) -> None:
     """Raise PromptCancelled when the run is cancelled, or when ``retry`` and new attempts are held.
 
@@ -163,6 +176,7 @@ __all__ = [
     "check_may_start",
     "hold_new_prompts",
     "is_cancelled",
+    "reset",
     "sleep",
     "tracked",
 ]

@@ -306,6 +306,7 @@ def test_cancel_running_stops_prompts_and_kills_their_commands(mock_server, tmp_
     assert report["closed"] == 1 and report["alive"] is False and report["seconds"] < 10
     assert report["error"] == "PromptCancelled"
     assert report["after_cancel"] == "PromptCancelled"  # new prompts refuse while cancelled
+    assert report["after_reset"] == "kept"  # until reset(): what a new flow run in the process does first
     deadline = time.monotonic() + 3
     while host_pids_with(f"sleep\0{marker}") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -317,6 +318,7 @@ def test_cancel_does_not_wait_for_a_hanging_model_request(mock_server):
     report = _cancel_in_a_child(mock_server, "hanging request, then cancel", "-", "mock/scripted?hang_s=30")
     assert report["error"] == "PromptCancelled" and report["alive"] is False
     assert report["seconds"] < 2
+    assert report["after_reset"] == "kept"
 
 
 def test_prompt_timeout_bounds_client_retries(mock_server):

@@ -276,12 +276,19 @@ def test_a_process_reusing_its_slot_lets_another_run_in_within_the_max_age(limit
     wait_until(lambda: _active(name) == 0, 5)
 
 
-def test_a_stop_ends_a_wait_for_a_slot_at_once_and_gives_the_spares_back(limit, monkeypatch):
+@pytest.fixture
+def cancel():
+    """:mod:`hermes_core.cancel`, reset when the test ends: its stop is this test's only."""
     from hermes_core import cancel
+
+    yield cancel
+    cancel.reset()
+
+
+def test_a_stop_ends_a_wait_for_a_slot_at_once_and_gives_the_spares_back(limit, monkeypatch, cancel):
     from hermes_core.exceptions import PromptCancelled
     from tasks import shared_limit
 
-    monkeypatch.setattr(cancel, "_cancelled", threading.Event())  # this test's stop only
     monkeypatch.setattr(shared_limit, "HANDOVER_GRACE_SECONDS", 30.0)
     monkeypatch.setattr(shared_limit, "HANDOVER_MAX_AGE_SECONDS", 60.0)
     name = limit(1)
