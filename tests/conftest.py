@@ -190,6 +190,24 @@ def write_prompts(path, prompts: list[str], **fields):
     return path
 
 
+def tool_responses(row: dict) -> list:
+    """Every tool response of a trajectory row, in order: ``hermes_core.sharegpt_parse.ToolResponse``
+    (``tool_call_id``, ``name``, ``content``), parsed as the product parses its own trajectories."""
+    from hermes_core.sharegpt_parse import parse_tool_turn
+
+    return [
+        r for turn in row["conversations"] if turn["from"] == "tool" for r in parse_tool_turn(turn["value"])
+    ]
+
+
+def tool_outputs(row: dict) -> list[str]:
+    """The ``output`` of every tool response of a trajectory row (``""`` for a result without one)."""
+    import json
+
+    contents = [r.content for r in tool_responses(row)]
+    return [(json.loads(c) if isinstance(c, str) else c).get("output", "") for c in contents]
+
+
 def jsonl_rows(path) -> list[dict]:
     """Every line of a JSONL file, parsed (a blank or torn line fails: the run folder's files have none)."""
     import json

@@ -20,21 +20,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import jsonl_rows, model_requests
+from tests.conftest import jsonl_rows, model_requests, write_prompts
 from tests.prefect_stack import REPO, TERMINAL, api_call
 
 pytestmark = pytest.mark.slow
 
 
-def _dataset(path: Path, prompts: list[str]) -> str:
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
-    return str(path)
-
-
 def test_deployment_run_with_parameters(stack, mock_server, tmp_path):
     prompts = [f"deployment run prompt {i} ({stack.api})" for i in range(4)]
     config = {
-        "dataset_file": _dataset(tmp_path / "d.jsonl", prompts),
+        "dataset_file": str(write_prompts(tmp_path / "d.jsonl", prompts)),
         "batch_size": 3,
         "run_name": "deployed",
         "model": "mock/scripted",
@@ -64,7 +59,7 @@ def _failing_config(
     prompts = [f"{tag} prompt {i}" for i in range(5)]
     prompts[2] = f"[mock:fail_file={gate}] {tag} prompt 2"
     config = {
-        "dataset_file": _dataset(tmp_path / "f.jsonl", prompts),
+        "dataset_file": str(write_prompts(tmp_path / "f.jsonl", prompts)),
         "batch_size": 2,
         "run_name": run_name,
         "model": "mock/scripted",

@@ -25,9 +25,7 @@ import docker
 import pytest
 
 from hermes_core.environments.docker_engine import LABEL_RUN
-from tests.conftest import jsonl_rows, model_requests, wait_until
-from tests.e2e.test_deployments import _dataset
-from tests.flows.test_sandboxes_docker_flow import _tool_outputs
+from tests.conftest import jsonl_rows, model_requests, tool_outputs, wait_until, write_prompts
 from tests.hermes_core.environments.test_docker_environment import BUSYBOX, labelled, require_engine
 from tests.prefect_stack import Stack
 
@@ -68,7 +66,7 @@ def _job_variables(data: Path) -> dict:
 
 def _config(data: Path, run_name: str, prompts: list[str], mock_server) -> dict:
     return {
-        "dataset_file": _dataset(data / f"{run_name}.jsonl", prompts).replace(str(data), "/data"),
+        "dataset_file": str(write_prompts(data / f"{run_name}.jsonl", prompts)).replace(str(data), "/data"),
         "batch_size": 2,
         "run_name": run_name,
         "model": "mock/scripted",
@@ -107,7 +105,7 @@ def test_deployment_run_in_a_container_writes_to_the_host_volume(docker_stack, e
     rows = jsonl_rows(data / "contained" / "trajectories.jsonl")  # on the host's folder
     assert [r["conversations"][1]["value"] for r in rows] == prompts
     # each prompt's commands ran in a sibling container of the sandbox image, none left
-    assert all(_tool_outputs(r)[0].strip() == BUSYBOX for r in rows)
+    assert all(tool_outputs(r)[0].strip() == BUSYBOX for r in rows)
     assert labelled(engine, "contained", label=LABEL_RUN) == []
     stats = json.loads((data / "contained" / "statistics.json").read_text())
     assert stats["completed"] == 3 and stats["failed"] == 0

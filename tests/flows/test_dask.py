@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.conftest import tool_outputs
+
 pytestmark = pytest.mark.slow
 
 
@@ -59,9 +61,7 @@ def test_dask_prompts_run_in_the_worker_processes(cli, mock_server):
     rows = [json.loads(line) for line in (cli.cwd / "data" / "dask-pids" / "trajectories.jsonl").open()]
     pids = set()
     for row in rows:
-        tool = next(t["value"] for t in row["conversations"] if t["from"] == "tool")
-        payload = json.loads(tool.split("<tool_response>\n", 1)[1].split("\n</tool_response>")[0])
-        pids.add(int(payload["content"]["output"]))
+        pids.add(int(tool_outputs(row)[0]))
     assert len(rows) == 4 and proc.pid not in pids  # not the flow's process
     assert 1 <= len(pids) <= 2  # the local cluster's worker processes
 

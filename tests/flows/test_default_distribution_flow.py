@@ -17,6 +17,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
+from tests.conftest import tool_responses
 from tests.fixtures.servers import PAGES
 
 pytestmark = pytest.mark.slow
@@ -115,13 +116,7 @@ def test_default_distribution_uses_every_toolset(cli, mock_server, site, vendors
     assert by_name["missing"]["tool_error_counts"]["web_extract"] == 1
 
     def tool_results(row) -> dict:
-        out = {}
-        for turn in row["conversations"]:
-            if turn["from"] == "tool":
-                for block in turn["value"].split("<tool_response>\n")[1:]:
-                    item = json.loads(block.split("\n</tool_response>")[0])
-                    out[item["name"]] = item["content"]
-        return out
+        return {response.name: response.content for response in tool_responses(row)}
 
     web = tool_results(by_name["web"])
     assert web["web_search"]["data"]["web"][0]["url"] == f"{site}/article.html"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import conversation_key, jsonl_rows, run_args
+from tests.conftest import conversation_key, jsonl_rows, run_args, tool_outputs
 from tests.hermes_core.environments.test_docker_environment import (
     ABSENT,
     BUSYBOX,
@@ -40,20 +40,6 @@ def _args(dataset: Path, run: str, server, *extra: str, model: str = "mock/scrip
     return run_args(dataset, run, server, "--terminal_env=docker", *extra, model=model)
 
 
-def _tool_outputs(row: dict) -> list[str]:
-    """The ``output`` of every terminal result in a trajectory row."""
-    outputs = []
-    for turn in row["conversations"]:
-        if turn["from"] != "tool":
-            continue
-        for part in turn["value"].split("<tool_response>")[1:]:
-            payload = json.loads(part.split("</tool_response>")[0])
-            content = payload.get("content", payload)
-            content = json.loads(content) if isinstance(content, str) else content
-            outputs.append(content.get("output", ""))
-    return outputs
-
-
 ENV = {"TERMINAL_DOCKER_IMAGE": BUSYBOX, "HERMES_DOCKER_PULL": "false"}
 
 
@@ -72,9 +58,9 @@ def test_records_choose_image_and_cwd_missing_image_fails_before_any_model_call(
 
     rows = {r["prompt_index"]: r for r in jsonl_rows(run / "trajectories.jsonl")}
     assert sorted(rows) == [0, 1, 2]
-    assert _tool_outputs(rows[0]) == [f"{BUSYBOX}\n/srv/bb\nlo"]
-    assert _tool_outputs(rows[1]) == [f"{PYTHON}\n/opt/py\nlo"]
-    assert _tool_outputs(rows[2]) == [f"{BUSYBOX}\n/workspace\nlo"]
+    assert tool_outputs(rows[0]) == [f"{BUSYBOX}\n/srv/bb\nlo"]
+    assert tool_outputs(rows[1]) == [f"{PYTHON}\n/opt/py\nlo"]
+    assert tool_outputs(rows[2]) == [f"{BUSYBOX}\n/workspace\nlo"]
 
     failures = jsonl_rows(run / "failures.jsonl")
     assert [(f["prompt_index"], f["error_type"], f["attempts"]) for f in failures] == [
