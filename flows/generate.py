@@ -86,7 +86,10 @@ def _generate_trajectories(**options: Any) -> State:
     retried = (flow_run.run_count or 1) > 1  # a retry of this flow run continues the same run
     resume = config.resume or retried
     run_dir = config.run_dir
-    cancel.reset()  # a stop (budget, cancel, signal) of an earlier flow run in this process is over
+    if not cancel.reset():  # a stop (budget, cancel, signal) of an earlier flow run in this process is over
+        logger.warning(
+            "prompts of a stopped flow run are still running in this process: this run's prompts stop too"
+        )
     shared_slots, shared_line = _shared_limit(config, logger)
     with RunStop(flow_run.id) as stop, RunLock(run_dir):
         check_run_dir(

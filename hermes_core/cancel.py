@@ -16,6 +16,7 @@ waits for a slow model.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -65,17 +66,37 @@ def hold_new_prompts(hold: bool = True) -> None:
         _no_new.clear()
 
 
-def reset() -> None:
+def reset(wait: float = 5.0) -> bool:
     """Forget an earlier stop of this process: a new run starts with nothing cancelled or held.
 
     :func:`cancel_running` and :func:`hold_new_prompts` last for the life of the process, which is
     what a command line wants (it ends with its run). A process that runs another flow run after
     a stopped one (a Python session calling the flow twice, a test session) must not see that run
     cancelled from its first prompt: the flow calls this when it starts, before any prompt runs.
-    Not for use while prompts run (they would no longer stop).
+
+    Prompts of the stopped run that are still ending (their environments were torn down) are given
+    ``wait`` seconds to end. While one still runs, nothing is cleared: un-cancelling would let a
+    stopped run's prompt go on.
+
+    Args:
+        wait: seconds to wait for running prompts of this process to end, when a stop is set.
+
+    Returns:
+        True when nothing is cancelled or held any more; False when prompts of this process were
+        still running after ``wait`` (the stop stays, so this run's prompts stop too).
     """
-    _cancelled.clear()
-    _no_new.clear()
+    deadline = time.monotonic() + wait
+    while True:
+        with _lock:
+            if not (_cancelled.is_set() or _no_new.is_set()):
+                return True
+            if not (_live or _waiters):
+                _cancelled.clear()
+                _no_new.clear()
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def check_may_start(*, retry: bool = False) -> None:

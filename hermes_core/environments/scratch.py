@@ -7,14 +7,20 @@ killed with SIGKILL (or by the kernel's OOM killer) runs no cleanup: its folders
 ``/tmp`` for good, one set per prompt in flight, holding what the model wrote.
 
 So all of them are made inside one folder per process, ``$TMPDIR/hermes-run-XXXXXXXX/``, which
-holds a lock file (``.lock``) that the process keeps locked (``flock``) for its whole life. The
-kernel releases the lock when the process dies, however it dies. The first scratch folder that a
-process makes removes every ``hermes-run-*`` folder of the same user whose lock it can take: the
-folders of processes that are gone. A live process's folder is never touched, and folders of
-other users, symlinks and folders without a lock file are skipped.
+holds a lock file (``.lock``, holding the kernel's boot id) that the process keeps locked
+(``flock``) for its whole life. The kernel releases the lock when the process dies, however it
+dies. The first scratch folder that a process makes starts a sweep, in a background thread, that
+removes every ``hermes-run-*`` folder of the same user whose lock it can take: the folders of
+processes that are gone. Skipped: a live process's folder, another user's, symlinks, folders
+without a regular ``.lock`` file, and folders of another kernel (another host sharing the temp
+folder, whose locks this kernel cannot see).
 
-The lock file is made under another name, locked, then renamed to ``.lock``: a sweeping process
-never finds an unlocked ``.lock`` in a folder whose owner is alive.
+Removal gives the owner back write access to the folders a sandbox made read-only (``chmod
+500``), without following a symlink, and deletes ``.lock`` last: a folder that cannot be emptied
+keeps its lock file, so the next sweep tries again. The lock file is made under another name,
+locked, then renamed to ``.lock``: a sweeping process never finds an unlocked ``.lock`` in a
+folder whose owner is alive. On a file system without ``flock`` the folder gets no ``.lock`` (a
+warning says so): no other process removes it, this one does at exit.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import stat
 import tempfile
 import threading
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "hermes-run-"
 """Name prefix of the per-process scratch folders in the temp folder."""
@@ -34,12 +43,30 @@ PREFIX = "hermes-run-"
 LOCK_NAME = ".lock"
 """The lock file in each scratch folder, held (``flock`` exclusive) by its process while it lives."""
 
+_SWEEP_JOIN_S = 5.0  # at exit, how long the sweep may still run before the process goes on exiting
+
 _lock = threading.Lock()
-_scratch: dict[int, tuple[str, int]] = {}  # pid -> (folder, locked fd): a forked child makes its own
+_made: tuple[str, int] | None = None  # (folder, its locked fd, or -1 where flock is not supported)
+_sweeper: threading.Thread | None = None
+_at_exit = False
+
+
+def boot_id() -> str:
+    """This kernel's boot id (``/proc/sys/kernel/random/boot_id``), ``""`` where it cannot be read.
+
+    The text of every ``.lock`` file: a sweep only removes folders whose lock file holds its own.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as file:
+            return file.read().strip()
+    except OSError:
+        return ""
 
 
 def scratch_dir() -> str:
-    """This process's scratch folder (made, locked and swept for on first use; removed at exit).
+    """This process's scratch folder (made and locked on first use, removed at exit).
+
+    The first call also starts the sweep of abandoned scratch folders in a background thread.
 
     Returns:
         The folder's real path, ``<temp folder>/hermes-run-XXXXXXXX`` (mode 0700).
@@ -47,22 +74,42 @@ def scratch_dir() -> str:
     Raises:
         OSError: the temp folder is not writable.
     """
-    pid = os.getpid()
+    global _made, _sweeper, _at_exit
     with _lock:
-        made = _scratch.get(pid)
-        if made is not None:
-            if os.path.isdir(made[0]):
-                return made[0]
-            os.close(made[1])  # removed under us: a new one
-        sweep_abandoned()
-        folder = os.path.realpath(tempfile.mkdtemp(prefix=PREFIX))
-        fd, pending = tempfile.mkstemp(prefix=".lock-", dir=folder)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # fds are not inherited (O_CLOEXEC): the lock dies with us
-        os.rename(pending, os.path.join(folder, LOCK_NAME))
-        _scratch[pid] = (folder, fd)
-        if made is None:
+        if _made is not None:
+            if os.path.isdir(_made[0]):
+                return _made[0]
+            _close(_made[1])  # removed under us: a new one
+        _made = _make_locked()
+        if not _at_exit:
             atexit.register(_remove_own)
-        return folder
+            _at_exit = True
+        sweep = _sweeper is None
+        if sweep:
+            _sweeper = threading.Thread(target=sweep_abandoned, name="hermes-scratch-sweep", daemon=True)
+        folder = _made[0]
+    if sweep:
+        _sweeper.start()
+    return folder
+
+
+def _make_locked() -> tuple[str, int]:
+    folder = os.path.realpath(tempfile.mkdtemp(prefix=PREFIX))
+    fd, pending = tempfile.mkstemp(prefix=".lock-", dir=folder)
+    try:
+        os.write(fd, boot_id().encode("ascii"))
+        fcntl.flock(fd, fcntl.LOCK_EX)  # fds are not inherited by commands (O_CLOEXEC): the lock dies with us
+    except OSError as exc:  # e.g. ENOLCK: a file system without flock
+        os.close(fd)
+        os.unlink(pending)
+        logger.warning(
+            "scratch folder %s cannot be locked (%s): it is removed when this process exits, "
+            "but not by a later run if this process is killed",
+            folder, exc,
+        )  # fmt: skip
+        return folder, -1
+    os.rename(pending, os.path.join(folder, LOCK_NAME))
+    return folder, fd
 
 
 def make_temp_dir(prefix: str) -> str:
@@ -93,11 +140,12 @@ def sweep_abandoned(root: str | None = None) -> list[str]:
     """Remove the scratch folders in ``root`` (default: the temp folder) whose process is gone.
 
     A folder is removed when it is a real directory owned by this user, named ``hermes-run-*``,
-    holds ``.lock``, and that lock can be taken at once (its process died, so the kernel released
-    it). Errors on one folder skip it.
+    holds a regular file ``.lock`` of this user with this kernel's :func:`boot_id`, and that lock
+    can be taken at once (its process died, so the kernel released it). Errors on one folder skip
+    it; a folder that cannot be emptied keeps its ``.lock`` for the next sweep.
 
     Returns:
-        The paths removed.
+        The paths removed (gone when this returns).
     """
     root = root or tempfile.gettempdir()
     removed: list[str] = []
@@ -105,37 +153,143 @@ def sweep_abandoned(root: str | None = None) -> list[str]:
         names = [name for name in os.listdir(root) if name.startswith(PREFIX)]
     except OSError:
         return removed
+    boot = boot_id()
     for name in names:
         path = os.path.join(root, name)
-        try:
-            info = os.lstat(path)
-            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-                continue
-            fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+        fd = _take_abandoned_lock(path, boot)
+        if fd is None:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue  # held: its process is alive
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            if _remove(path):
+                removed.append(path)
         finally:
             os.close(fd)
     return removed
 
 
-def _remove_own() -> None:
-    """At exit: remove this process's scratch folder (what its sandboxes did not remove themselves)."""
-    made = _scratch.pop(os.getpid(), None)
-    if made is None:
+def _take_abandoned_lock(folder: str, boot: str) -> int | None:
+    """The locked fd of ``folder``'s ``.lock`` when the folder is an abandoned scratch folder of ours, else None."""
+    try:
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        # O_NONBLOCK: a FIFO named .lock does not hang the sweep; fstat then refuses it
+        fd = os.open(
+            os.path.join(folder, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        )
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid():
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises when held: its process is alive
+            if os.read(fd, 64).decode("ascii", "replace").strip() == boot:
+                return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _remove(folder: str) -> bool:
+    """Remove ``folder`` and everything in it, ``.lock`` last; True when it is gone."""
+    try:
+        _owner_rwx(folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        left = False
+        for name in os.listdir(fd):
+            if name != LOCK_NAME:
+                try:
+                    _remove_entry(name, fd)
+                except (
+                    OSError,
+                    RecursionError,
+                ):  # RecursionError: a tree deeper than Python's recursion limit
+                    left = True
+        if left:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(LOCK_NAME, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(folder)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
+
+
+def _remove_entry(name: str, dir_fd: int) -> None:
+    """Remove the entry ``name`` of the folder ``dir_fd``: a file, a symlink (never followed) or a tree."""
+    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+        os.unlink(name, dir_fd=dir_fd)
         return
-    folder, fd = made
-    shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
+    try:
+        shutil.rmtree(name, dir_fd=dir_fd)
+        return
+    except OSError:
+        pass  # a folder the sandbox made read-only: give the owner rwx on every folder, then again
+    _owner_rwx(name, dir_fd)
+    for _, folders, _, fd in os.fwalk(name, dir_fd=dir_fd):  # never follows a symlink
+        for folder in folders:
+            with contextlib.suppress(OSError):
+                _owner_rwx(folder, fd)
+    shutil.rmtree(name, dir_fd=dir_fd)
+
+
+def _owner_rwx(name: str, dir_fd: int | None = None) -> None:
+    """Give the owner rwx on the folder ``name``; a symlink is refused (OSError), never followed."""
+    fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & stat.S_IRWXU != stat.S_IRWXU:
+            os.chmod(f"/proc/self/fd/{fd}", mode | stat.S_IRWXU)  # an O_PATH fd: chmod through /proc
+    finally:
         os.close(fd)
 
 
-__all__ = ["LOCK_NAME", "PREFIX", "make_temp_dir", "make_temp_file", "scratch_dir", "sweep_abandoned"]
+def _close(fd: int) -> None:
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _remove_own() -> None:
+    """At exit: let the sweep finish (bounded), then remove this process's own scratch folder."""
+    global _made
+    if _sweeper is not None and _sweeper.is_alive():
+        _sweeper.join(_SWEEP_JOIN_S)
+    made, _made = _made, None
+    if made is not None:
+        _remove(made[0])
+        _close(made[1])
+
+
+def _after_fork_in_child() -> None:
+    """A forked child makes its own scratch folder, and drops its copy of the parent's lock."""
+    global _lock, _made, _sweeper
+    _lock = threading.Lock()
+    if _made is not None:
+        _close(_made[1])  # else the parent's folder would look alive while this child lives
+    _made = None
+    _sweeper = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = [
+    "LOCK_NAME",
+    "PREFIX",
+    "boot_id",
+    "make_temp_dir",
+    "make_temp_file",
+    "scratch_dir",
+    "sweep_abandoned",
+]

@@ -6,16 +6,20 @@ test's own folder, so that no other test's folders are in sight.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
-from hermes_core.environments.scratch import LOCK_NAME, PREFIX, sweep_abandoned
+from hermes_core.environments.scratch import LOCK_NAME, PREFIX, boot_id, sweep_abandoned
 
 HOLDER = textwrap.dedent(
     """
@@ -84,30 +88,161 @@ def test_a_killed_processs_sandbox_folders_go_with_the_next_process_and_a_live_o
     assert scratch_folders(tmp_path) == []
 
 
+def lock_file(folder, text: str | None = None) -> None:
+    """A ``.lock`` as a scratch folder's own: a regular file holding this kernel's boot id (or ``text``)."""
+    (folder / LOCK_NAME).write_text(boot_id() if text is None else text)
+
+
 def test_the_sweep_skips_what_is_not_an_abandoned_scratch_folder_of_this_user(tmp_path):
     unlocked = tmp_path / f"{PREFIX}nolock"
     unlocked.mkdir()  # no lock file: not known to be ours, left alone
     (tmp_path / f"{PREFIX}file").write_text("not a folder")
     target = tmp_path / "elsewhere"
     target.mkdir()
-    (target / LOCK_NAME).write_text("")
+    lock_file(target)
     (tmp_path / f"{PREFIX}link").symlink_to(target)  # a symlink is never followed
+    other_kernel = tmp_path / f"{PREFIX}otherhost"
+    other_kernel.mkdir()  # another host's (a shared temp folder): its lock is not visible here
+    lock_file(other_kernel, "00000000-0000-0000-0000-000000000000")
+    lock_dir = tmp_path / f"{PREFIX}lockdir"
+    (lock_dir / LOCK_NAME).mkdir(parents=True)  # .lock must be a regular file
+    fifo = tmp_path / f"{PREFIX}fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / LOCK_NAME)  # opening it for reading would wait for a writer
     foreign = tmp_path / f"{PREFIX}foreign"
-    foreign.mkdir()
-    (foreign / LOCK_NAME).write_text("")
-    if os.getuid() == 0:
+    if os.getuid() == 0:  # another user's folder can only be made by root
+        foreign.mkdir()
+        lock_file(foreign)
         os.chown(foreign, 12345, 12345)
     abandoned = tmp_path / f"{PREFIX}abandoned"
     (abandoned / "hermes-x").mkdir(parents=True)
-    (abandoned / LOCK_NAME).write_text("")
+    lock_file(abandoned)
 
-    removed = sweep_abandoned(str(tmp_path))
+    found: list[list[str]] = []
+    sweep = threading.Thread(target=lambda: found.append(sweep_abandoned(str(tmp_path))), daemon=True)
+    sweep.start()
+    sweep.join(timeout=20)
+    assert not sweep.is_alive(), "the sweep hangs (on the FIFO?)"
 
-    assert removed == [str(abandoned)] and not abandoned.exists()
+    assert found == [[str(abandoned)]] and not abandoned.exists()
     assert unlocked.is_dir() and target.is_dir() and (tmp_path / f"{PREFIX}link").is_symlink()
     assert (tmp_path / f"{PREFIX}file").is_file()
-    if os.getuid() == 0:
-        assert foreign.is_dir()  # another user's
+    assert (other_kernel / LOCK_NAME).is_file() and (lock_dir / LOCK_NAME).is_dir()
+    assert stat.S_ISFIFO(os.lstat(fifo / LOCK_NAME).st_mode)
+    assert foreign.is_dir() == (os.getuid() == 0)
+
+
+def as_plain_user(argv: list[str]) -> list[str]:
+    """``argv`` run without root's power over files: as root, with the file capabilities dropped (setpriv)."""
+    if os.getuid() != 0:
+        return argv
+    return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search,-fowner", *argv]
+
+
+SWEEP = "import json, sys; from hermes_core.environments.scratch import sweep_abandoned; print(json.dumps(sweep_abandoned(sys.argv[1])))"
+
+
+def sweep_as_plain_user(root) -> list[str]:
+    """What ``sweep_abandoned(root)`` removes when run by a user who cannot write a read-only folder."""
+    proc = subprocess.run(
+        as_plain_user([sys.executable, "-c", SWEEP, str(root)]), capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+MESSY = textwrap.dedent(
+    """
+    import os, sys
+    from hermes_core.environments.scratch import make_temp_dir
+    home, outside = make_temp_dir("hermes-"), sys.argv[1]
+    os.makedirs(f"{home}/ro/deeper")
+    for folder in (f"{home}/ro", f"{home}/ro/deeper"):
+        open(f"{folder}/f", "w").close()
+    os.makedirs(f"{home}/closed/inner")
+    open(f"{home}/closed/inner/f", "w").close()
+    os.symlink(outside, f"{home}/ro/link")  # a link to a read-only folder outside
+    os.chmod(f"{home}/ro/deeper", 0o500)
+    os.chmod(f"{home}/ro", 0o500)
+    os.chmod(f"{home}/closed/inner", 0o000)
+    os.chmod(f"{home}/closed", 0o000)
+    print(home, flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_folders_a_sandbox_made_read_only_go_with_the_sweep_and_a_symlink_out_is_not_followed(tmp_path):
+    root, outside = tmp_path / "tmp", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "kept").write_text("host file")
+    outside.chmod(0o500)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MESSY, str(outside)], env={**os.environ, "TMPDIR": str(root)},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    home = proc.stdout.readline().strip()
+    scratch = os.path.dirname(home)
+    proc.kill()
+    proc.wait()
+    try:
+        assert sweep_as_plain_user(root) == [scratch]
+        assert not os.path.exists(scratch)
+        assert (
+            oct(outside.stat().st_mode & 0o777) == "0o500" and (outside / "kept").read_text() == "host file"
+        )
+    finally:
+        outside.chmod(0o700)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can put another user's folder in a scratch folder")
+def test_a_folder_that_cannot_be_emptied_keeps_its_lock_for_the_next_sweep(tmp_path):
+    scratch = tmp_path / f"{PREFIX}abandoned"
+    stuck = scratch / "hermes-x" / "theirs"
+    stuck.mkdir(parents=True)
+    (stuck / "f").write_text("not ours to remove")
+    lock_file(scratch)
+    os.chown(stuck, 12345, 12345)  # the sweeping user can neither write it nor chmod it
+
+    assert sweep_as_plain_user(tmp_path) == []  # reported only once it is gone
+    assert (scratch / LOCK_NAME).is_file() and (stuck / "f").is_file()
+    os.chown(stuck, 0, 0)
+    assert sweep_as_plain_user(tmp_path) == [str(scratch)] and not scratch.exists()
+
+
+FORKS = textwrap.dedent(
+    """
+    import os, sys
+    from hermes_core.environments.scratch import scratch_dir
+    print(scratch_dir(), flush=True)
+    if os.fork() == 0:  # the child lives on after its parent is killed
+        print(scratch_dir(), flush=True)
+        sys.stdin.read()
+        sys.exit(0)  # a normal exit: removes its own folder
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_forked_child_makes_its_own_folder_and_does_not_keep_its_killed_parents_alive(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORKS], env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    parents, childs = proc.stdout.readline().strip(), proc.stdout.readline().strip()
+    assert parents != childs and os.path.dirname(childs) == os.path.dirname(parents)
+    proc.kill()
+    proc.wait()
+    try:
+        assert sweep_abandoned(str(tmp_path)) == [parents]  # the child's copy of the lock was closed
+        assert os.path.isdir(childs)  # the child is alive
+    finally:
+        proc.stdin.close()  # the child reads end of file and exits
+    deadline = time.monotonic() + 10
+    while os.path.exists(childs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(childs)
 
 
 def test_a_folder_made_here_is_in_this_processs_locked_scratch_folder(tmp_path):

@@ -1,0 +1,56 @@
+"""hermes_core.cancel: what reset() clears, and what it keeps while a stopped prompt is still ending.
+
+In-process (the state is process-wide): each test leaves the process uncancelled.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from hermes_core import cancel
+from hermes_core.environments.local import LocalEnvironment
+from hermes_core.exceptions import PromptCancelled
+from hermes_core.settings import HermesSettings
+
+
+@pytest.fixture
+def stopped_prompt():
+    """A prompt thread holding a live (tracked) environment, and the event that lets it end."""
+    env = LocalEnvironment(settings=HermesSettings(local_isolation="none"))
+    entered, release = threading.Event(), threading.Event()
+
+    def prompt() -> None:
+        with cancel.tracked(env):
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=prompt, daemon=True)
+    thread.start()
+    assert entered.wait(10)
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join(10)
+        assert cancel.reset(wait=5)
+
+
+def test_reset_keeps_the_stop_while_a_stopped_prompt_still_runs_and_clears_it_once_it_ended(stopped_prompt):
+    assert cancel.cancel_running() == 1
+    cancel.hold_new_prompts()
+    assert cancel.reset(wait=0.2) is False  # un-cancelling would let the stopped prompt go on
+    assert cancel.is_cancelled()
+    with pytest.raises(PromptCancelled):
+        cancel.check_may_start(retry=True)
+
+    threading.Timer(0.3, stopped_prompt.set).start()  # the prompt ends while reset() waits
+    assert cancel.reset(wait=10) is True
+    assert not cancel.is_cancelled()
+    cancel.check_may_start(retry=True)  # neither cancelled nor held
+
+
+def test_reset_without_a_stop_returns_at_once_and_leaves_running_prompts_alone(stopped_prompt):
+    assert cancel.reset(wait=0) is True  # nothing to clear: a second run beside a running one
+    assert not cancel.is_cancelled()
