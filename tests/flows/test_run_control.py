@@ -103,11 +103,13 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
     model = "mock/scripted?cost=0.01"
     args = run_args(dataset, "capcancel", server, "--num_workers=3", "--on_budget=cancel", model=model)
     started = time.monotonic()
-    # slow start: prompt 0 alone ($0.03); then 1 and 2 are admitted (at most 0.04 x 3 <= 0.12). Prompt
-    # 3 is admitted when the spend is still $0.03 (0.03 x 4 <= 0.12), that is before the first answer
-    # of 1 or 2 is counted, which a loaded machine does not always give; then, when 3 ends, the mean
-    # is $0.04 and a 4th would pass the cap. Either way the cap is reached with 1 and 2 asleep: both
-    # are cancelled and prompt 4 never starts.
+    # slow start: prompt 0 alone ($0.03); then 1 and 2 are admitted while the spend is $0.03 (0.03 x 3
+    # <= 0.12). Prompt 3 is admitted when the spend is still $0.03 (0.03 x 4 <= 0.12), that is before
+    # the first answer of 1 or 2 is counted; then, when 3 ends, the mean is $0.04 and a 4th would
+    # pass the cap. A loaded machine does not always give that order: when prompt 1's first answer
+    # is counted before prompt 2 is considered ($0.04 x 3 > 0.12), prompt 2 never starts either.
+    # Every way, the cap is reached with the started slow prompts asleep: they are cancelled, and
+    # prompt 4 never starts.
     proc = cli(*args, "--max_cost_usd=0.12")
     took = time.monotonic() - started
     assert proc.returncode == 3, proc.stderr[-3000:]
@@ -121,14 +123,15 @@ def test_on_budget_cancel_cancels_running_prompts_and_leaves_no_command(cli, ser
     done = [r["prompt_index"] for r in jsonl_rows(run / "trajectories.jsonl")]
     assert done in ([0, 3], [0])  # prompt 3 ran to its end, or never started
     assert not (run / "failures.jsonl").exists()  # cancelled prompts are not failures
-    cancelled = jsonl_rows(run / "cancelled.jsonl")  # what they had spent still counts
-    assert sorted(c["prompt_index"] for c in cancelled) == [1, 2]
+    cancelled = sorted(c["prompt_index"] for c in jsonl_rows(run / "cancelled.jsonl"))  # their spend counts
+    assert cancelled in ([1, 2], [1])  # prompt 2 was cancelled, or never started
     by_conversation = server.stats()["by_conversation"]
     assert conversation_key(fast[2]) not in by_conversation  # never started
     assert by_conversation.get(conversation_key(fast[1]), 0) == (3 if 3 in done else 0)
-    assert [by_conversation[conversation_key(p)] for p in slow] == [1, 1]  # one answer, then the sleep
+    answered = [by_conversation.get(conversation_key(p), 0) for p in slow]  # one answer, then the sleep
+    assert answered == [1, 1] or (cancelled == [1] and done == [0] and answered == [1, 0])
     stats = json.loads((run / "statistics.json").read_text())
-    assert stats["budget"]["cost_usd"] == pytest.approx(0.03 * len(done) + 0.02)
+    assert stats["budget"]["cost_usd"] == pytest.approx(0.03 * len(done) + 0.01 * sum(answered))
 
 
 @pytest.mark.parametrize("on_budget", ["cancel", "drain"])
