@@ -34,9 +34,12 @@ def _at_exit() -> None:  # registered first, so it runs after Prefect's own exit
     if path:
         with open(path, "w") as fh:
             children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            own = resource.getrusage(resource.RUSAGE_SELF)
             json.dump(
                 {
                     "cpu_at_exit": time.process_time(),
+                    "user_s": own.ru_utime,
+                    "system_s": own.ru_stime,
                     "peak_rss_mb": _peak_mb(),
                     "children_cpu_s": children.ru_utime + children.ru_stime,
                 },

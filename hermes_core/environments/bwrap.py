@@ -44,7 +44,7 @@ import time
 
 from hermes_core.environments.native_agent import native_agent
 from hermes_core.environments.outbound import OutboundNetwork, resolv_conf
-from hermes_core.environments.poll import readable
+from hermes_core.environments.poll import readable, wait_process
 from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.exceptions import SandboxError
 
@@ -696,7 +696,7 @@ class BwrapSandbox:
             outbound.close()
         if proc is not None:
             try:
-                proc.wait(timeout=5)
+                wait_process(proc, 5)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

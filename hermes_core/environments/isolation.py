@@ -21,6 +21,7 @@ import functools
 import os
 import shutil
 
+from hermes_core.environments.programs import find_program
 from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
@@ -35,7 +36,7 @@ def bwrap_problem() -> str | None:
     Returns:
         None when a sandbox works; else a one-line reason (not installed, or bubblewrap's error).
     """
-    path = shutil.which("bwrap")
+    path = find_program("bwrap")
     if not path:
         return "bwrap is not installed"
     return _probe(path, "none")
@@ -71,7 +72,7 @@ def outbound_problem() -> str | None:
     """
     from hermes_core.environments.outbound import slirp4netns_path
 
-    bwrap = shutil.which("bwrap")
+    bwrap = find_program("bwrap")
     if not bwrap:
         return "bwrap is not installed"
     if not slirp4netns_path():

@@ -44,6 +44,8 @@ from hermes_core.environments import ExecResult, SandboxLifecycle
 from hermes_core.environments.bwrap import BwrapSandbox
 from hermes_core.environments.isolation import bwrap_problem, sandbox_network, uses_bwrap
 from hermes_core.environments.output import BoundedOutput
+from hermes_core.environments.poll import wait_process
+from hermes_core.environments.programs import find_program
 from hermes_core.environments.sandbox_env import local_environment
 from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.environments.workdir import cwd_problem, prepare_workdir
@@ -108,7 +110,7 @@ class LocalEnvironment(SandboxLifecycle):
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
-        self._shell = shutil.which("bash") or "/bin/sh"
+        self._shell = find_program("bash") or "/bin/sh"
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -191,7 +193,7 @@ class LocalEnvironment(SandboxLifecycle):
         with self._sandbox_starting:
             if self._sandbox is None:
                 sandbox = BwrapSandbox(
-                    shutil.which("bwrap") or "bwrap",
+                    find_program("bwrap") or "bwrap",
                     self.home,
                     self._sandbox_tmp,
                     self._env,
@@ -428,7 +430,7 @@ class _HostProcess:
         return self._popen.poll()
 
     def wait(self, timeout: float | None = None) -> int:
-        return self._popen.wait(timeout=timeout)
+        return wait_process(self._popen, timeout)
 
     def kill(self) -> None:
         _kill_group(self.pgid)

@@ -34,7 +34,8 @@ import struct
 import subprocess
 import threading
 
-from hermes_core.environments.poll import readable
+from hermes_core.environments.poll import readable, wait_process
+from hermes_core.environments.programs import find_program
 from hermes_core.exceptions import SandboxError
 
 GATEWAY = "10.0.2.2"
@@ -71,7 +72,7 @@ _RTA_DST, _RTA_GATEWAY = 1, 5
 
 def slirp4netns_path() -> str | None:
     """Path of ``slirp4netns``, or None when it is not installed."""
-    return shutil.which("slirp4netns")
+    return find_program("slirp4netns")
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,7 +208,7 @@ class OutboundNetwork:
             os.close(exit_w)
         if proc is not None:
             try:
-                proc.wait(timeout=2)
+                wait_process(proc, 2)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -224,12 +225,13 @@ def write_routes(pid: int, routes: list[tuple[str, str | None]]) -> None:
     if os.geteuid() != 0:
         _write_routes_with_ip(pid, routes)
         return
+    messages = _route_messages(tuple(routes))
     sock = _netlink_socket_in(pid)
     with sock:
         sock.bind((0, 0))
-        for seq, (network, gateway) in enumerate(routes, 1):
-            sock.send(_route_message(seq, network, gateway))
-        for _ in routes:
+        for message in messages:
+            sock.send(message)
+        for _ in messages:
             _expect_ack(sock)
 
 
@@ -261,6 +263,12 @@ def _netlink_socket_in(pid: int) -> socket.socket:
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _route_messages(routes: tuple[tuple[str, str | None], ...]) -> tuple[bytes, ...]:
+    """The netlink messages of ``routes``, built once: every sandbox of a run gets the same routes."""
+    return tuple(_route_message(seq, network, gateway) for seq, (network, gateway) in enumerate(routes, 1))
 
 
 def _route_message(seq: int, network: str, gateway: str | None) -> bytes:

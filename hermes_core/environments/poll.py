@@ -1,8 +1,10 @@
-"""Waiting for a file descriptor without ``select.select`` (limited to descriptors below 1,024)."""
+"""Waiting without ``select.select`` (limited to descriptors below 1,024), and for a process without polling."""
 
 from __future__ import annotations
 
+import os
 import select
+import subprocess
 from typing import Any
 
 
@@ -19,4 +21,31 @@ def readable(fd: Any, timeout: float | None) -> bool:
     return bool(poller.poll(None if timeout is None else max(timeout, 0.0) * 1000))
 
 
-__all__ = ["readable"]
+def wait_process(proc: subprocess.Popen, timeout: float | None) -> int:
+    """``proc.wait(timeout)`` that sleeps on the process's pidfd instead of polling it.
+
+    ``Popen.wait`` with a timeout polls ``waitpid`` with sleeps from 0.5 ms doubling to 50 ms: a
+    process that ends after 5 ms is seen after 7.5 ms, one that ends after 17 ms after 31.5 ms, and
+    each poll needs the GIL. With a pidfd (Linux 5.3) the wait wakes once, when the process ends.
+
+    Returns:
+        Its exit status (negative: the signal that killed it), as ``Popen.wait``.
+
+    Raises:
+        subprocess.TimeoutExpired: it still runs after ``timeout`` seconds (None: no limit).
+    """
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here, or already reaped: Popen's own wait
+        return proc.wait(timeout=timeout)
+    try:
+        if proc.returncode is None and not readable(pidfd, timeout):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(pidfd)
+    return proc.wait()
+
+
+__all__ = ["readable", "wait_process"]
