@@ -79,7 +79,8 @@ def scratch_dir() -> str:
         if _made is not None:
             if os.path.isdir(_made[0]):
                 return _made[0]
-            _close(_made[1])  # removed under us: a new one
+            gone, _made = _made, None  # removed under us: a new one
+            _close(gone[1])
         _made = _make_locked()
         if not _at_exit:
             atexit.register(_remove_own)
@@ -89,7 +90,10 @@ def scratch_dir() -> str:
             _sweeper = threading.Thread(target=sweep_abandoned, name="hermes-scratch-sweep", daemon=True)
         folder = _made[0]
     if sweep:
-        _sweeper.start()
+        try:
+            _sweeper.start()
+        except RuntimeError:  # no thread can be started now: the next process sweeps
+            logger.debug("the sweep of abandoned scratch folders could not start", exc_info=True)
     return folder
 
 
@@ -108,7 +112,12 @@ def _make_locked() -> tuple[str, int]:
             folder, exc,
         )  # fmt: skip
         return folder, -1
-    os.rename(pending, os.path.join(folder, LOCK_NAME))
+    try:
+        os.rename(pending, os.path.join(folder, LOCK_NAME))
+    except OSError:
+        os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)  # just made, holds only the pending lock file
+        raise
     return folder, fd
 
 
@@ -154,8 +163,11 @@ def sweep_abandoned(root: str | None = None) -> list[str]:
     except OSError:
         return removed
     boot = boot_id()
+    own = _made[0] if _made is not None else None
     for name in names:
         path = os.path.join(root, name)
+        if own is not None and os.path.realpath(path) == own:
+            continue  # never lock our own .lock twice (a file system emulating flock per process)
         fd = _take_abandoned_lock(path, boot)
         if fd is None:
             continue
@@ -201,8 +213,12 @@ def _remove(folder: str) -> bool:
     except OSError:
         return False
     try:
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            return False
         left = False
-        for name in os.listdir(fd):
+        for name in names:
             if name != LOCK_NAME:
                 try:
                     _remove_entry(name, fd)
@@ -221,9 +237,24 @@ def _remove(folder: str) -> bool:
         os.rmdir(folder)
     except FileNotFoundError:
         pass
-    except OSError:
+    except OSError:  # filled again meanwhile: give it back a lock file, so a later sweep tries again
+        with contextlib.suppress(OSError):
+            _write_lock_file(folder)
         return False
     return True
+
+
+def _write_lock_file(folder: str) -> None:
+    """A new, unlocked ``.lock`` (this kernel's boot id) in ``folder``: a sweep may then remove the folder."""
+    fd = os.open(
+        os.path.join(folder, LOCK_NAME),
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        os.write(fd, boot_id().encode("ascii"))
+    finally:
+        os.close(fd)
 
 
 def _remove_entry(name: str, dir_fd: int) -> None:
@@ -237,7 +268,7 @@ def _remove_entry(name: str, dir_fd: int) -> None:
     except OSError:
         pass  # a folder the sandbox made read-only: give the owner rwx on every folder, then again
     _owner_rwx(name, dir_fd)
-    for _, folders, _, fd in os.fwalk(name, dir_fd=dir_fd):  # never follows a symlink
+    for _, folders, _, fd in os.fwalk(name, dir_fd=dir_fd):  # never descends through a symlink
         for folder in folders:
             with contextlib.suppress(OSError):
                 _owner_rwx(folder, fd)
@@ -273,7 +304,11 @@ def _remove_own() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child makes its own scratch folder, and drops its copy of the parent's lock."""
+    """A forked child makes its own scratch folder, and drops its copy of the parent's lock.
+
+    The fork happened with :data:`_lock` held (``before=_lock.acquire``): no thread was half-way
+    through making the folder, so every lock file descriptor of the parent is in ``_made``.
+    """
     global _lock, _made, _sweeper
     _lock = threading.Lock()
     if _made is not None:
@@ -282,7 +317,17 @@ def _after_fork_in_child() -> None:
     _sweeper = None
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _before_fork() -> None:
+    _lock.acquire()  # the module's lock of now (a forked child has its own): looked up at each fork
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 __all__ = [
     "LOCK_NAME",
