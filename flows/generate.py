@@ -87,8 +87,14 @@ def _generate_trajectories(**options: Any) -> State:
     resume = config.resume or retried
     run_dir = config.run_dir
     if not cancel.reset():  # a stop (budget, cancel, signal) of an earlier flow run in this process is over
+        if cancel.is_cancelled():
+            raise RuntimeError(
+                "prompts of a stopped flow run are still running in this process after 5 s; run this "
+                "flow in a new process (the command line does), or once they have ended"
+            )
         logger.warning(
-            "prompts of a stopped flow run are still running in this process: this run's prompts stop too"
+            "another flow run in this process reached its spend cap and is finishing its prompts: until "
+            "they end, this run starts no retry of a failed prompt (it stays pending for --resume)"
         )
     shared_slots, shared_line = _shared_limit(config, logger)
     with RunStop(flow_run.id) as stop, RunLock(run_dir):

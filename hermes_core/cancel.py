@@ -30,6 +30,7 @@ _cancelled = threading.Event()
 _no_new = threading.Event()
 _live: set[Environment] = set()
 _waiters: set[threading.Event] = set()
+_in_flight = 0  # prompts between their task's start and end (see prompt_in_flight)
 _lock = threading.Lock()
 
 
@@ -74,29 +75,47 @@ def reset(wait: float = 5.0) -> bool:
     a stopped one (a Python session calling the flow twice, a test session) must not see that run
     cancelled from its first prompt: the flow calls this when it starts, before any prompt runs.
 
-    Prompts of the stopped run that are still ending (their environments were torn down) are given
-    ``wait`` seconds to end. While one still runs, nothing is cleared: un-cancelling would let a
-    stopped run's prompt go on.
+    Prompts still running in this process (:func:`prompt_in_flight`: a stopped run's prompts that
+    are ending, or those of another flow run draining its spend cap) are given ``wait`` seconds
+    to end. While one still runs, nothing is cleared: un-cancelling would let a stopped run's
+    prompt go on, and un-holding would let a draining run start retries.
 
     Args:
         wait: seconds to wait for running prompts of this process to end, when a stop is set.
 
     Returns:
         True when nothing is cancelled or held any more; False when prompts of this process were
-        still running after ``wait`` (the stop stays, so this run's prompts stop too).
+        still running after ``wait`` (nothing was cleared: :func:`is_cancelled` tells which stop stays).
     """
     deadline = time.monotonic() + wait
     while True:
         with _lock:
             if not (_cancelled.is_set() or _no_new.is_set()):
                 return True
-            if not (_live or _waiters):
+            if not (_live or _waiters or _in_flight):
                 _cancelled.clear()
                 _no_new.clear()
                 return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+@contextmanager
+def prompt_in_flight() -> Iterator[None]:
+    """Count a prompt as running in this process while the block runs, for :func:`reset`.
+
+    The prompt task enters it first, so a prompt waiting for a shared slot, or not yet in its
+    environment, counts too.
+    """
+    global _in_flight
+    with _lock:
+        _in_flight += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _in_flight -= 1
 
 
 def check_may_start(*, retry: bool = False) -> None:
@@ -197,6 +216,7 @@ __all__ = [
     "check_may_start",
     "hold_new_prompts",
     "is_cancelled",
+    "prompt_in_flight",
     "reset",
     "sleep",
     "tracked",

@@ -22,6 +22,7 @@ from prefect.runtime import task_run
 from prefect.serializers import CompressedSerializer
 from pydantic import SecretStr
 
+from hermes_core import cancel
 from hermes_core.exceptions import ModelError, PromptTimeout, SandboxError, ScorerError, UnexpectedError
 from hermes_core.redaction import install_log_redaction, register_secret, scrub_exception
 from hermes_core.runner import PromptJob, PromptOutcome, RunSpec, run_prompt
@@ -129,10 +130,13 @@ def run_prompt_task(
     attempt = task_run.run_count or 1
     key = job.prompt_id
     try:
-        with hold_slot(
-            concurrency_limit,
-            lease_seconds=concurrency_lease_seconds,
-            holder=task_run.id if concurrency_limit else None,
+        with (
+            cancel.prompt_in_flight(),  # counted from here: a stopped run's prompt waiting for a slot too
+            hold_slot(
+                concurrency_limit,
+                lease_seconds=concurrency_lease_seconds,
+                holder=task_run.id if concurrency_limit else None,
+            ),
         ):
             outcome = run_prompt(job, spec, settings_of(api_key_secret), attempt=attempt)
     except Exception as exc:

@@ -405,9 +405,9 @@ def test_with_api_key_the_flow_uses_the_command_lines_local_api(cli, server, mig
     shared = ["--concurrency_limit=local-only", "--concurrency_limit_slots=2"]
     proc = _spawn(cli.cwd, [*args, "--api_key=sk-lifecycle-test-0123456789", *shared], _local_env(home), log)
     try:
-        _wait_for("the local API process", lambda: _local_api(proc), proc, log)
         _wait_for("a finished prompt", lambda: _rows(run), proc, log)
-        pid, _port = _local_api(proc)  # now: a start that found its port taken was retried on another
+        # read now: a start that found its port taken was retried on another port, by another process
+        pid, _port = _wait_for("the local API process", lambda: _local_api(proc), proc, log)
         assert _prefect_servers(proc) == [pid], _tail(log)
         assert proc.wait(timeout=120) == 0, _tail(log)
     finally:

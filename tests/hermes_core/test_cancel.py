@@ -54,3 +54,24 @@ def test_reset_keeps_the_stop_while_a_stopped_prompt_still_runs_and_clears_it_on
 def test_reset_without_a_stop_returns_at_once_and_leaves_running_prompts_alone(stopped_prompt):
     assert cancel.reset(wait=0) is True  # nothing to clear: a second run beside a running one
     assert not cancel.is_cancelled()
+
+
+def test_reset_waits_for_a_prompt_that_is_in_flight_outside_any_environment():
+    """A stopped run's prompt waiting for a shared slot (no environment yet) still counts."""
+    entered, release = threading.Event(), threading.Event()
+
+    def prompt() -> None:
+        with cancel.prompt_in_flight():
+            entered.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=prompt, daemon=True)
+    thread.start()
+    assert entered.wait(10)
+    try:
+        cancel.cancel_running()
+        assert cancel.reset(wait=0.2) is False and cancel.is_cancelled()
+    finally:
+        release.set()
+        thread.join(10)
+    assert cancel.reset(wait=5) is True and not cancel.is_cancelled()

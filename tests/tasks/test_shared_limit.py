@@ -261,13 +261,13 @@ def test_a_process_reusing_its_slot_lets_another_run_in_within_the_max_age(limit
                     break
                 except httpx.HTTPStatusError as exc:
                     assert exc.response.status_code == 423
-                    assert time.monotonic() - start < 20, "the other run never got the slot"
+                    assert time.monotonic() - start < 10, "the other run never got the slot"
                     time.sleep(0.05)
             waited = time.monotonic() - start
             assert shared_limit.handovers() - handed >= 1  # the process did reuse its lease meanwhile
             # max age + one prompt + the gap is 1.3 s; the slack is for a loaded machine's server calls.
             # Without the max age the process would hand the slot over to itself for good.
-            assert waited < 10
+            assert waited < 10  # also the loop's bound above
             other.release_concurrency_slots_with_lease(lease_id=UUID(reply.json()["lease_id"]))
     finally:
         stop.set()
