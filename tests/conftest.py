@@ -3,6 +3,7 @@ deployment ``stack``, a clean environment for Prefect; and the hook that marks t
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -206,6 +207,33 @@ def tool_outputs(row: dict) -> list[str]:
 
     contents = [r.content for r in tool_responses(row)]
     return [(json.loads(c) if isinstance(c, str) else c).get("output", "") for c in contents]
+
+
+@contextlib.contextmanager
+def thread_inside(context):
+    """A daemon thread that enters ``context`` (a context manager) and stays in it until the block ends.
+
+    Stands for a prompt of this process that is still running (in ``cancel.tracked(env)``,
+    ``cancel.prompt_in_flight()``): yields once the thread is inside; the thread leaves and is
+    joined when the block ends, however it ends.
+    """
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def inside() -> None:
+        with context:
+            entered.set()
+            release.wait(60)
+
+    thread = threading.Thread(target=inside, daemon=True)
+    thread.start()
+    assert entered.wait(10), "the thread did not enter the context"
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def jsonl_rows(path) -> list[dict]:

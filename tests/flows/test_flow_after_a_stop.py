@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import conversation_key, jsonl_rows, write_prompts
+from tests.conftest import conversation_key, jsonl_rows, thread_inside, write_prompts
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,6 @@ def test_a_flow_run_beside_a_stopped_runs_prompt_that_does_not_end_fails_at_its_
 ):
     """Un-cancelling would let the stopped run's prompt go on; cancelling every prompt of the new run
     would be a run nobody stopped: it fails at its start, before its run folder exists, and says why."""
-    import threading
-
     from prefect.settings import PREFECT_API_URL, PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 
     from flows.config import BatchConfig
@@ -65,30 +63,21 @@ def test_a_flow_run_beside_a_stopped_runs_prompt_that_does_not_end_fails_at_its_
         batch_size=1, run_name="beside-stuck", model="mock/scripted", base_url=mock_server.base_url,
         distribution="terminal_only", output_dir=str(tmp_path / "data"), retries=0, num_workers=1,
     )  # fmt: skip
-    entered, release = threading.Event(), threading.Event()
-
-    def stuck_prompt() -> None:
-        with cancel.prompt_in_flight():
-            entered.set()
-            release.wait(60)
-
-    thread = threading.Thread(target=stuck_prompt, daemon=True)
-    thread.start()
-    assert entered.wait(10)
-    cancel.cancel_running()  # its run was stopped; the prompt does not end
     try:
-        with temporary_settings(
-            {PREFECT_API_URL: prefect_server, PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path / "r"}
-        ):
-            state = generate_trajectories(**config.options(), return_state=True)
-        assert state.is_failed()
-        assert "prompts of a stopped flow run are still running in this process" in state.message
-        assert not (tmp_path / "data" / "beside-stuck").exists()
-        assert cancel.is_cancelled()  # the stop stays while its prompt runs
+        with thread_inside(cancel.prompt_in_flight()):
+            cancel.cancel_running()  # its run was stopped; its prompt does not end
+            with temporary_settings(
+                {PREFECT_API_URL: prefect_server, PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path / "r"}
+            ):
+                state = generate_trajectories(**config.options(), return_state=True)
+            still_cancelled = cancel.is_cancelled()
     finally:
-        release.set()
-        thread.join(10)
-        assert cancel.reset()
+        cleared = cancel.reset()  # the prompt has left: the stop can go
+    assert cleared
+    assert state.is_failed()
+    assert "prompts of a stopped flow run are still running in this process" in state.message
+    assert not (tmp_path / "data" / "beside-stuck").exists()
+    assert still_cancelled  # the stop stayed while its prompt ran
     assert (
         conversation_key("beside a stuck prompt") not in mock_server.stats()["by_conversation"]
     )  # no request

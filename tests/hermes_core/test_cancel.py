@@ -13,28 +13,16 @@ from hermes_core import cancel
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import PromptCancelled
 from hermes_core.settings import HermesSettings
+from tests.conftest import thread_inside
 
 
 @pytest.fixture
 def stopped_prompt():
-    """A prompt thread holding a live (tracked) environment, and the event that lets it end."""
+    """A prompt thread holding a live (tracked) environment; yields the event that lets it end."""
     env = LocalEnvironment(settings=HermesSettings(local_isolation="none"))
-    entered, release = threading.Event(), threading.Event()
-
-    def prompt() -> None:
-        with cancel.tracked(env):
-            entered.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=prompt, daemon=True)
-    thread.start()
-    assert entered.wait(10)
-    try:
+    with thread_inside(cancel.tracked(env)) as release:
         yield release
-    finally:
-        release.set()
-        thread.join(10)
-        assert cancel.reset(wait=5)
+    assert cancel.reset(wait=5)
 
 
 def test_reset_keeps_the_stop_while_a_stopped_prompt_still_runs_and_clears_it_once_it_ended(stopped_prompt):
@@ -58,20 +46,11 @@ def test_reset_without_a_stop_returns_at_once_and_leaves_running_prompts_alone(s
 
 def test_reset_waits_for_a_prompt_that_is_in_flight_outside_any_environment():
     """A stopped run's prompt waiting for a shared slot (no environment yet) still counts."""
-    entered, release = threading.Event(), threading.Event()
-
-    def prompt() -> None:
-        with cancel.prompt_in_flight():
-            entered.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=prompt, daemon=True)
-    thread.start()
-    assert entered.wait(10)
     try:
-        cancel.cancel_running()
-        assert cancel.reset(wait=0.2) is False and cancel.is_cancelled()
+        with thread_inside(cancel.prompt_in_flight()):
+            cancel.cancel_running()
+            kept = cancel.reset(wait=0.2), cancel.is_cancelled()
     finally:
-        release.set()
-        thread.join(10)
-    assert cancel.reset(wait=5) is True and not cancel.is_cancelled()
+        cleared = cancel.reset(wait=5)
+    assert kept == (False, True)
+    assert cleared is True and not cancel.is_cancelled()
