@@ -94,26 +94,27 @@ def _read_bytes(ctx: ToolContext, path: str) -> bytes:
     """``ctx.env.read_file`` with OS errors turned into ToolError."""
     try:
         return ctx.env.read_file(path)
-    except FileNotFoundError:
-        raise ToolError(f"File not found: {path}") from None
-    except IsADirectoryError:
-        raise ToolError(f"{path} is a directory, not a file") from None
-    except PermissionError:
-        raise ToolError(f"Permission denied: {path}") from None
     except OSError as exc:
-        raise ToolError(f"Could not read {path}: {(exc.strerror or str(exc)).lower()}") from None
+        raise _os_tool_error(path, exc, "read") from None
 
 
 def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> None:
     """``ctx.env.write_file`` with OS errors turned into ToolError."""
     try:
         ctx.env.write_file(path, data)
-    except IsADirectoryError:
-        raise ToolError(f"{path} is a directory, not a file") from None
-    except PermissionError:
-        raise ToolError(f"Permission denied: {path}") from None
     except OSError as exc:
-        raise ToolError(f"Could not write {path}: {exc.strerror or exc}") from None
+        raise _os_tool_error(path, exc, "write") from None
+
+
+def _os_tool_error(path: str, exc: OSError, verb: str) -> ToolError:
+    """The ToolError the model sees for ``exc`` from reading (``verb`` ``"read"``) or writing ``path``."""
+    if isinstance(exc, FileNotFoundError) and verb == "read":
+        return ToolError(f"File not found: {path}")
+    if isinstance(exc, IsADirectoryError):
+        return ToolError(f"{path} is a directory, not a file")
+    if isinstance(exc, PermissionError):
+        return ToolError(f"Permission denied: {path}")
+    return ToolError(f"Could not {verb} {path}: {(exc.strerror or str(exc)).lower()}")
 
 
 def _similar_files(ctx: ToolContext, path: str) -> list[str]:
