@@ -107,14 +107,18 @@ def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> None:
 
 
 def _os_tool_error(path: str, exc: OSError, verb: str) -> ToolError:
-    """The ToolError the model sees for ``exc`` from reading (``verb`` ``"read"``) or writing ``path``."""
+    """The ToolError the model sees for ``exc`` from reading (``verb`` ``"read"``) or writing ``path``.
+
+    A write keeps the system's wording (``Read-only file system``: what a command writing there sees).
+    """
     if isinstance(exc, FileNotFoundError) and verb == "read":
         return ToolError(f"File not found: {path}")
     if isinstance(exc, IsADirectoryError):
         return ToolError(f"{path} is a directory, not a file")
     if isinstance(exc, PermissionError):
         return ToolError(f"Permission denied: {path}")
-    return ToolError(f"Could not {verb} {path}: {(exc.strerror or str(exc)).lower()}")
+    reason = exc.strerror or str(exc)
+    return ToolError(f"Could not {verb} {path}: {reason.lower() if verb == 'read' else reason}")
 
 
 def _similar_files(ctx: ToolContext, path: str) -> list[str]:
