@@ -222,7 +222,7 @@ def _remove(folder: str) -> bool:
             if name != LOCK_NAME:
                 try:
                     _remove_entry(name, fd)
-                except (OSError, RecursionError):  # a tree deeper than Python's recursion limit
+                except (OSError, RecursionError):  # RecursionError: a tree deeper than the recursion limit
                     left = True
         if left:
             return False
