@@ -14,8 +14,9 @@ every address that is not the internet (:data:`BLOCKED_NETWORKS`: private ranges
 NAT, link-local and the 169.254.169.254 metadata service, multicast, reserved) and for each of the
 host's own addresses (a server on 0.0.0.0 of the host is not reachable through its public
 address either). Networks listed in ``HERMES_SANDBOX_ALLOW_NETWORKS`` get a route via the gateway
-instead. The routes are written over netlink from this process (a thread joins the namespace
-just to open the socket: ~0.4 ms), or with ``nsenter ... ip`` when this process is not root.
+instead. The routes are written over netlink from this process (one thread joins each namespace
+in turn, just to open the socket, and comes back: ~0.4 ms), or with ``nsenter ... ip`` when this
+process is not root.
 
 Start cost: one slirp4netns process per sandbox (per prompt, not per command), ~5-10 ms of CPU
 (bench/sandbox_overhead.py). It exits when its exit pipe closes: at :meth:`OutboundNetwork.close`,
@@ -24,6 +25,7 @@ or when this process dies.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import ipaddress
@@ -236,28 +238,69 @@ def write_routes(pid: int, routes: list[tuple[str, str | None]]) -> None:
 
 
 def _netlink_socket_in(pid: int) -> socket.socket:
-    """A NETLINK_ROUTE socket of ``pid``'s network namespace (opened by a thread that joins it, then ends)."""
-    result: dict[str, object] = {}
+    """A NETLINK_ROUTE socket of ``pid``'s network namespace, opened by the one thread that joins namespaces.
 
-    def join_and_open() -> None:
+    A socket stays in the namespace it was made in, so only the making needs the thread there.
+    That thread does nothing else (no other code must ever run in a sandbox's namespace), and
+    goes back to this process's namespace after each socket, so it keeps no sandbox's alive.
+    One long-lived thread instead of one per sandbox: a thread start per prompt, and ~1,000
+    threads at W = 1,024 for every ``pivot_root`` on the machine to walk (bench/results.md).
+
+    Raises:
+        OSError: the namespace cannot be joined, or the socket cannot be made.
+    """
+    return _namespace_thread().submit(_open_in_namespace, pid).result()
+
+
+@functools.lru_cache(maxsize=1)
+def _namespace_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread of :func:`_netlink_socket_in`, started at the first use (again in a forked child)."""
+    return concurrent.futures.ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="hermes-netns", initializer=_remember_own_namespace
+    )
+
+
+os.register_at_fork(after_in_child=_namespace_thread.cache_clear)
+# this process's network namespace (a descriptor), opened by the namespace thread when it starts
+_own_namespace: list[int] = []
+
+
+def _remember_own_namespace() -> None:
+    try:
+        _own_namespace[:] = [os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)]
+    except OSError:  # then _open_in_namespace refuses to leave it (an executor whose initializer raised is broken for good)
+        _own_namespace.clear()
+
+
+def _open_in_namespace(pid: int) -> socket.socket:
+    """Run only on :func:`_namespace_thread`: join ``pid``'s network namespace, make the socket, come back.
+
+    Raises:
+        OSError: the namespace cannot be joined or left, or the socket cannot be made.
+    """
+    if not _own_namespace:
+        raise OSError(2, "cannot open this process's network namespace (/proc/thread-self/ns/net)")
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _setns(target)
+    finally:
+        os.close(target)
+    sock = None
+    try:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    finally:
         try:
-            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _libc().setns(fd, _CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "setns: " + os.strerror(ctypes.get_errno()))
-            finally:
-                os.close(fd)
-            result["socket"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        except OSError as exc:
-            result["error"] = exc
-        # this thread is in the sandbox's namespace now: it ends here, nothing else runs in it
+            _setns(_own_namespace[0])
+        except OSError:  # the sandbox's namespace would stay alive with this thread in it
+            if sock is not None:
+                sock.close()
+            raise
+    return sock
 
-    thread = threading.Thread(target=join_and_open, name="hermes-netns", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["socket"]  # type: ignore[return-value]
+
+def _setns(fd: int) -> None:
+    if _libc().setns(fd, _CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns: " + os.strerror(ctypes.get_errno()))
 
 
 @functools.lru_cache(maxsize=1)
