@@ -292,7 +292,26 @@ def sandbox_argv(
         resolv: a host file shown as ``/etc/resolv.conf`` (the outbound network's name server), or None.
         agent_file: the host file of the native agent, bound read-only at :data:`NATIVE_AGENT_PATH`, or None.
     """
-    argv = [bwrap, "--ro-bind", "/usr", "/usr"]
+    argv = [bwrap, *_system_binds(network, resolv)]
+    for folder in extra_ro:
+        argv += ["--ro-bind", folder, folder]
+    if agent_file:
+        argv += ["--ro-bind", agent_file, NATIVE_AGENT_PATH]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp", "--bind", home, home]
+    argv += ["--unshare-all", *(["--share-net"] if network == "host" else []), "--cap-drop", "ALL"]
+    argv += ["--new-session"]
+    return [*argv, "--chdir", home]
+
+
+@functools.lru_cache(maxsize=8)
+def _system_binds(network: str, resolv: str | None) -> tuple[str, ...]:
+    """The options of :func:`sandbox_argv` that depend on this machine only, read once per process.
+
+    ``/usr``, the top-level links or folders beside it, ``/etc`` and the name server file: a
+    stat of each per sandbox was ~1 % of the flow process's GIL time at W = 1,024 (py-spy
+    ``--gil``, bench/results.md). The machine's layout does not change under a run.
+    """
+    argv = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         top = "/" + name
         if os.path.islink(top):
@@ -309,14 +328,7 @@ def sandbox_argv(
         host_resolv = os.path.realpath("/etc/resolv.conf")
         if not _within(host_resolv, "/etc") and os.path.isfile(host_resolv):
             argv += ["--ro-bind", host_resolv, host_resolv]  # systemd-resolved keeps it under /run
-    for folder in extra_ro:
-        argv += ["--ro-bind", folder, folder]
-    if agent_file:
-        argv += ["--ro-bind", agent_file, NATIVE_AGENT_PATH]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp", "--bind", home, home]
-    argv += ["--unshare-all", *(["--share-net"] if network == "host" else []), "--cap-drop", "ALL"]
-    argv += ["--new-session"]
-    return [*argv, "--chdir", home]
+    return tuple(argv)
 
 
 class SandboxProcess:

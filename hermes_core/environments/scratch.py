@@ -133,7 +133,7 @@ def make_temp_dir(prefix: str) -> str:
     Raises:
         OSError: it cannot be made.
     """
-    return os.path.realpath(tempfile.mkdtemp(prefix=prefix, dir=scratch_dir()))
+    return os.path.abspath(tempfile.mkdtemp(prefix=prefix, dir=scratch_dir()))  # real: scratch_dir() is
 
 
 def make_temp_file(prefix: str) -> tuple[int, str]:
