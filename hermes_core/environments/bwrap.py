@@ -33,7 +33,9 @@ import array
 import atexit
 import functools
 import json
+import logging
 import os
+import select
 import shutil
 import signal
 import socket
@@ -47,6 +49,8 @@ from hermes_core.environments.outbound import OutboundNetwork, resolv_conf
 from hermes_core.environments.poll import readable, wait_process
 from hermes_core.environments.scratch import make_temp_dir
 from hermes_core.exceptions import SandboxError
+
+logger = logging.getLogger(__name__)
 
 AGENT = r"""
 import errno, os, select, sys, _signal, _socket
@@ -482,7 +486,11 @@ class BwrapSandbox:
                 self._pidfd = os.pidfd_open(self._init_pid)
             except (AttributeError, OSError):
                 self._pidfd = None
-        threading.Thread(target=self._read_replies, name="hermes-bwrap", daemon=True).start()
+        try:
+            _REPLIES.add(self)
+        except RuntimeError as exc:  # no thread can start
+            self.close()
+            raise SandboxError(f"cannot read the sandbox's replies: {exc}") from exc
         if self._closed:  # close() ran while the agent was starting (it may not have known its init)
             self.close()
             raise SandboxError("the sandbox was closed while it started")
@@ -611,26 +619,31 @@ class BwrapSandbox:
             return False
         return True
 
-    def _read_replies(self) -> None:
-        """Thread: deliver exit statuses and opened files; when the agent is gone, end every pending request.
+    def _read_replies(self) -> bool:
+        """Take every reply the agent has sent (called by :class:`_ReplyLoop` when the socket is readable).
 
-        A reply that does not parse (a command may have taken the agent over) ends the sandbox's
-        requests as if the agent were gone; received descriptors nobody asked for are closed.
+        Returns:
+            False when the agent is gone (EOF, or the socket failed): the loop then stops reading
+            and :meth:`_end_requests` ends every pending request. A reply that does not parse
+            or that no request waits for is dropped; descriptors nobody took are closed.
         """
-        sock = self._sock
         while True:
             try:
-                data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(4))
+                data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(4), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return True
             except OSError:
                 data, ancillary = b"", []
             fds = _received_fds(ancillary)
+            if data:
+                self._deliver(data, fds)
+            for fd in fds:  # what no request took
+                os.close(fd)
             if not data:
-                for fd in fds:
-                    os.close(fd)
-                break
-            if not self._deliver(data, fds):
-                for fd in fds:
-                    os.close(fd)
+                return False
+
+    def _end_requests(self) -> None:
+        """The agent is gone: every running command ends as killed, every pending open fails."""
         self._ended = True
         with self._lock:
             pending, self._procs = list(self._procs.values()), {}
@@ -640,24 +653,24 @@ class BwrapSandbox:
         for request in opens:
             request.done.set()
 
-    def _deliver(self, data: bytes, fds: list[int]) -> bool:
-        """Hand one reply to its request; False when nothing took the descriptors."""
+    def _deliver(self, data: bytes, fds: list[int]) -> None:
+        """Hand one reply to its request; a descriptor the request takes is removed from ``fds``."""
         ident_text, _, answer = data.partition(b" ")
         try:
             ident = int(ident_text)
         except ValueError:
-            return False
+            return
         if answer[:1] in (b"F", b"E"):
             with self._lock:
                 request = self._opens.pop(ident, None)
             if request is None:
-                return False
+                return
             if answer == b"F" and len(fds) == 1:
                 request.fd = fds.pop()
             elif answer[:1] == b"E" and answer[1:].isdigit():
                 request.errno = int(answer[1:]) or 5
             request.done.set()
-            return not fds
+            return
         with self._lock:
             proc = self._procs.pop(ident, None)
         try:
@@ -666,7 +679,6 @@ class BwrapSandbox:
             code = -signal.SIGKILL
         if proc is not None:
             proc._finish(code)
-        return not fds
 
     @property
     def alive(self) -> bool:
@@ -704,6 +716,8 @@ class BwrapSandbox:
                 self._sock.shutdown(socket.SHUT_RDWR)  # the agent sees EOF even if init is not known
             except OSError:
                 pass
+        if _REPLIES.remove(self):  # before the socket closes: its number may be reused at once
+            self._end_requests()
         if outbound is not None:
             outbound.close()
         if proc is not None:
@@ -718,6 +732,88 @@ class BwrapSandbox:
             os.close(errors_r)
         if self._sock is not None:
             self._sock.close()
+
+
+class _ReplyLoop:
+    """One thread that reads the replies of every running sandbox's agent (``epoll``).
+
+    A thread per sandbox cost ~1,000 threads at W = 1,024: a thread start per prompt, and every
+    ``pivot_root`` on the machine (bubblewrap's, slirp4netns') walks every thread
+    (bench/results.md). Replies are a few bytes and handled at once, so one thread serves all.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._epoll: select.epoll | None = None
+        self._sandboxes: dict[int, BwrapSandbox] = {}
+        os.register_at_fork(after_in_child=self._forget)
+
+    def add(self, sandbox: BwrapSandbox) -> None:
+        """Read ``sandbox``'s socket from now on (the loop's thread starts with the first sandbox).
+
+        A sandbox closed meanwhile is not added (its :meth:`BwrapSandbox.close` already ran
+        :meth:`remove`). Raises RuntimeError when the thread cannot start (no thread left).
+        """
+        with self._lock:
+            if sandbox._closed:
+                return
+            if self._epoll is None:
+                epoll = select.epoll()
+                try:
+                    threading.Thread(
+                        target=self._run, args=(epoll,), name="hermes-bwrap", daemon=True
+                    ).start()
+                except RuntimeError:
+                    epoll.close()
+                    raise
+                self._epoll = epoll
+            fd = sandbox._sock.fileno()
+            self._sandboxes[fd] = sandbox
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def remove(self, sandbox: BwrapSandbox) -> bool:
+        """Stop reading ``sandbox``'s socket; True when it was read until now (then its requests are the caller's to end)."""
+        with self._lock:
+            sock = sandbox._sock
+            fd = sock.fileno() if sock is not None else -1
+            if fd < 0 or self._sandboxes.get(fd) is not sandbox:
+                return False
+            del self._sandboxes[fd]
+            self._epoll.unregister(fd)
+            return True
+
+    def _run(self, epoll: select.epoll) -> None:
+        while True:
+            try:
+                events = epoll.poll()
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                ended = None
+                with self._lock:  # remove() cannot close a socket while it is read here
+                    sandbox = self._sandboxes.get(fd)
+                    if sandbox is not None and not _still_answering(sandbox):
+                        ended = self._sandboxes.pop(fd)
+                        epoll.unregister(fd)
+                if ended is not None:
+                    ended._end_requests()
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's sandboxes and thread are not this process's."""
+        self._lock = threading.Lock()
+        self._epoll, self._sandboxes = None, {}
+
+
+_REPLIES = _ReplyLoop()
+
+
+def _still_answering(sandbox: BwrapSandbox) -> bool:
+    """:meth:`BwrapSandbox._read_replies`, where a bug ends that sandbox's requests, not the loop of all."""
+    try:
+        return sandbox._read_replies()
+    except Exception:
+        logger.exception("reading a sandbox agent's replies failed; that sandbox's requests end")
+        return False
 
 
 class _PendingOpen:

@@ -18,6 +18,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -462,6 +463,41 @@ def test_the_sandbox_s_stderr_is_a_pipe_not_a_host_file(agent):
             with pytest.raises(OSError) as raised:
                 env.read_file(path)
             assert raised.value.errno == errno.EINVAL
+
+
+@needs_bwrap
+def test_many_sandboxes_share_two_threads_and_a_dead_agent_ends_only_its_own_requests(agent, tmp_path):
+    """Replies of every sandbox are read by one thread, routes written by one more: the thread count
+    does not grow with the number of sandboxes (a thread each cost ~1,000 threads at W = 1,024)."""
+    path = {"PATH": "/usr/bin:/bin"}
+    sandboxes = []
+    before = threading.active_count()
+    try:
+        for i in range(12):
+            home, tmp = tmp_path / f"home{i}", tmp_path / f"tmp{i}"
+            home.mkdir(), tmp.mkdir()
+            sandbox = BwrapSandbox(shutil.which("bwrap"), str(home), str(tmp), path, network="none")
+            sandbox.start()
+            sandboxes.append(sandbox)
+        procs = [
+            sb.spawn(["/bin/sh", "-c", f"sleep 0.3; echo {i}"], "/tmp", path)
+            for i, sb in enumerate(sandboxes)
+        ]
+        assert threading.active_count() - before <= 2
+        assert [read_output(p.fd) for p in procs] == [b"%d\n" % i for i in range(12)]
+        assert [p.wait(timeout=10) for p in procs] == [0] * 12
+        # a command kills its agent (the sandbox's pid 2): its request ends as killed, the others go on
+        victim = sandboxes[0].spawn(["/bin/sh", "-c", "kill -9 $PPID; exec sleep 300"], "/tmp", path)
+        assert victim.wait(timeout=10) == -9
+        victim.close_output()
+        assert not sandboxes[0].alive
+        with pytest.raises(SandboxError):
+            sandboxes[0].spawn(["/bin/true"], "/tmp", path)
+        other = sandboxes[1].spawn(["/bin/sh", "-c", "echo still"], "/tmp", path)
+        assert (read_output(other.fd), other.wait(timeout=10)) == (b"still\n", 0)
+    finally:
+        for sandbox in sandboxes:
+            sandbox.close()
 
 
 @needs_bwrap
