@@ -109,7 +109,7 @@ def spawn(spec, out):
     running[pid] = ident
 
 def reap():
-    while running:
+    while True:  # orphans too: the agent is the pid namespace's init, they are its children
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -201,11 +201,6 @@ try:
 finally:
     for pid in running:
         kill_group(pid)
-    if os.getpid() == 2:  # bubblewrap's first child in the sandbox's pid namespace, never a host pid
-        try:
-            os.kill(-1, 9)  # setsid'd leftovers too: they would keep the sandbox alive after the host
-        except OSError:
-            pass
 """
 """Source of the Python agent run inside the sandbox; ``argv[1]`` is the fd of its socket.
 
@@ -233,9 +228,11 @@ command: <reason>`` to its output and ends with 127; one whose folder cannot be 
 defaults, as plain subprocesses do. A request that does not parse (only a broken host sends
 one) ends the agent: it kills its commands and exits 1, so the host ends every pending request.
 At the socket's end (the host closed it, or died: the kernel closes its end) the agent kills its
-commands' process groups, then every other process of the sandbox's pid namespace (``kill(-1)``,
-only as pid 2 there), so a command that left with ``setsid`` does not keep bubblewrap's init and
-the sandbox alive after a killed run.
+commands' process groups and exits. The agent is the init of the sandbox's pid namespace
+(bubblewrap ``--as-pid-1``, no separate reaper process), so the kernel then kills every other
+process of the namespace, a command that left with ``setsid`` included: nothing of a sandbox
+outlives its agent. As init it also reaps the orphans, and a command cannot kill it: the kernel
+drops every signal from inside the namespace that the agent does not handle, SIGKILL included.
 
 ``sandbox_agent.c`` is the same program in C (the native agent); a change here goes there too,
 and ``tests/hermes_core/environments/test_sandbox_agent.py`` runs every behaviour against both."""
@@ -303,7 +300,9 @@ def sandbox_argv(
         argv += ["--ro-bind", agent_file, NATIVE_AGENT_PATH]
     argv += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp", "--bind", home, home]
     argv += ["--unshare-all", *(["--share-net"] if network == "host" else []), "--cap-drop", "ALL"]
-    argv += ["--new-session"]
+    # The agent is the pid namespace's init: bubblewrap's own reaper would be one more process (and
+    # fork) per prompt, and a thread every pivot_root on the machine walks (bench/results.md).
+    argv += ["--new-session", "--as-pid-1"]
     return [*argv, "--chdir", home]
 
 
@@ -679,6 +678,14 @@ class BwrapSandbox:
             code = -signal.SIGKILL
         if proc is not None:
             proc._finish(code)
+
+    @property
+    def agent_pid(self) -> int:
+        """Host pid of the agent, the init of the sandbox's pid namespace; 0 before :meth:`start`.
+
+        Killing it ends the whole sandbox (the kernel kills every process of the namespace).
+        """
+        return self._init_pid
 
     @property
     def alive(self) -> bool:

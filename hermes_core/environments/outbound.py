@@ -135,7 +135,7 @@ class OutboundNetwork:
     """slirp4netns on the network namespace of one sandbox, plus its routes (see the module docstring).
 
     Args:
-        pid: a process inside the namespace (bubblewrap's init of the sandbox).
+        pid: a process inside the namespace (the sandbox's agent, its init).
         allowed: networks to let through (``HERMES_SANDBOX_ALLOW_NETWORKS``).
     """
 

@@ -10,7 +10,7 @@
  *   agent -> host  "<id> <status>"         a command ended (negative: killed by that signal)
  *   agent -> host  "<id> F" + 1 fd         the opened file, or "<id> E<errno>"
  * At EOF of the socket (the host closed it, or died) every running command's process group is
- * killed, then every other process of the sandbox's pid namespace, and the agent exits 0.
+ * killed and the agent exits 0; it is the pid namespace's init, so the kernel kills the rest.
  * A request that does not parse ends the agent the same way, with exit status 1 (the Python
  * agent's exception does the same): the host then ends every pending request.
  * A request file over MAX_SPEC bytes is not read to its end: a "run" answers as a command that
@@ -503,11 +503,8 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < nrunning; i++)
         kill_group(running[i].pid);
-    /* Pid 2 is bubblewrap's first child in the sandbox's own pid namespace (never a host pid: that
-     * is kthreadd). Every other process of the sandbox goes too, a setsid'd one included: it would
-     * keep bubblewrap's init, and so the sandbox, alive after the host died. */
-    if (getpid() == 2)
-        kill(-1, SIGKILL);
+    /* The agent is the sandbox's pid-namespace init (bubblewrap --as-pid-1): at its exit the kernel
+     * kills every other process of the sandbox, a setsid'd one included. */
     if (broken) {
         const char *why = "hermes sandbox agent: a request does not parse\n";
         write_all(2, why, strlen(why));

@@ -167,7 +167,7 @@ def test_background_processes_live_between_commands_and_die_at_close(agent):
 @needs_bwrap
 def test_nothing_of_the_sandbox_outlives_a_killed_host(agent):
     """The run's process dies by SIGKILL (no close()): a command that left with setsid goes too, and
-    with it bubblewrap's init (it lived on, holding the sandbox, while any such process did)."""
+    with it bubblewrap (it lived on, holding the sandbox, while any such process did)."""
     marker = f"43.{time.monotonic_ns() % 10**6}"
     program = (
         "import sys\n"
@@ -486,8 +486,15 @@ def test_many_sandboxes_share_two_threads_and_a_dead_agent_ends_only_its_own_req
         assert threading.active_count() - before <= 2
         assert [read_output(p.fd) for p in procs] == [b"%d\n" % i for i in range(12)]
         assert [p.wait(timeout=10) for p in procs] == [0] * 12
-        # a command kills its agent (the sandbox's pid 2): its request ends as killed, the others go on
-        victim = sandboxes[0].spawn(["/bin/sh", "-c", "kill -9 $PPID; exec sleep 300"], "/tmp", path)
+        # a command cannot kill its agent, the pid namespace's init: the kernel drops the SIGKILL
+        survivor = sandboxes[0].spawn(
+            ["/bin/sh", "-c", "kill -9 $PPID 1; sleep 0.2; echo $PPID"], "/tmp", path
+        )
+        assert (read_output(survivor.fd), survivor.wait(timeout=10)) == (b"1\n", 0)
+        assert sandboxes[0].alive
+        # a dead agent (killed from the host) ends its own requests as killed; the others go on
+        victim = sandboxes[0].spawn(["/bin/sh", "-c", "exec sleep 300"], "/tmp", path)
+        os.kill(sandboxes[0].agent_pid, 9)
         assert victim.wait(timeout=10) == -9
         victim.close_output()
         assert not sandboxes[0].alive
