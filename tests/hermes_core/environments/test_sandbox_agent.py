@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -534,21 +535,73 @@ def test_the_native_agent_s_folder_does_not_show_the_host_home(agent):
 # -- the native agent's build ---------------------------------------------------------
 
 
-@needs_compiler
-def test_the_agent_compiles_without_warnings(tmp_path):
+@pytest.mark.parametrize("name, flags", native_agent.BUILDS[:2], ids=["musl-gcc", "cc"])
+def test_the_agent_compiles_without_warnings(tmp_path, name, flags):
+    compiler = shutil.which(name)
+    if compiler is None and not IN_CI:  # CI installs both (musl-tools, gcc)
+        pytest.skip(f"{name} is not installed")
     done = subprocess.run(
-        [
-            COMPILER,
-            *native_agent.CFLAGS,
-            "-Werror",
-            "-o",
-            str(tmp_path / "agent"),
-            str(native_agent.SOURCE),
-        ],
+        [compiler or name, *flags, "-Werror", "-o", str(tmp_path / "agent"), str(native_agent.SOURCE)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def elf_interpreter(path: str) -> str | None:
+    """The program interpreter (dynamic loader) a 64-bit little-endian ELF file names, or None: static."""
+    data = Path(path).read_bytes()
+    assert data[:6] == b"\x7fELF\x02\x01", f"{path} is not a 64-bit little-endian ELF file"
+    offset, size, count = (
+        int.from_bytes(data[at : at + n], "little") for at, n in ((32, 8), (54, 2), (56, 2))
+    )
+    for header in range(offset, offset + size * count, size):
+        if int.from_bytes(data[header : header + 4], "little") == 3:  # PT_INTERP
+            start, length = (int.from_bytes(data[header + at : header + at + 8], "little") for at in (8, 32))
+            return data[start : start + length].rstrip(b"\0").decode()
+    return None
+
+
+@pytest.mark.skipif(
+    shutil.which("musl-gcc") is None and not IN_CI, reason="musl-gcc (musl-tools) is not installed"
+)
+def test_with_musl_the_agent_is_static_so_no_loader_or_glibc_start_up_runs_per_prompt(fresh_cache):
+    path = native_agent.native_agent()
+    assert path is not None and Path(path).parent == fresh_cache
+    assert elf_interpreter(path) is None
+    assert elf_interpreter(sys.executable) is not None  # the check tells a dynamic program apart
+    with LocalEnvironment(settings=ISOLATED) as env:
+        seen = env.execute("sha256sum < /proc/1/exe; echo ran")
+    assert seen.returncode == 0 and seen.output.split()[::2] == [sha256(path), "ran"]  # the sandbox's init
+
+
+@needs_bwrap
+@needs_compiler
+def test_a_failing_musl_build_falls_back_to_the_system_compiler(fresh_cache, monkeypatch, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "musl-gcc").write_text("#!/bin/sh\necho 'musl-gcc: cannot find libc.a' >&2\nexit 1\n")
+    (fake / "musl-gcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HERMES_SANDBOX_AGENT", "native")
+    path = native_agent.native_agent()
+    assert path is not None and elf_interpreter(path) is not None  # the system libc's build
+    assert os.listdir(fresh_cache) == [Path(path).name]  # the failed build left nothing
+    with LocalEnvironment(settings=ISOLATED) as env:
+        seen = env.execute("sha256sum < /proc/1/exe; echo ran")
+    assert seen.returncode == 0 and seen.output.split()[::2] == [sha256(path), "ran"]
+    (fake / "cc").write_text("#!/bin/sh\necho 'cc: broken too' >&2\nexit 1\n")
+    (fake / "cc").chmod(0o755)
+    for name in os.listdir(fresh_cache):
+        os.unlink(fresh_cache / name)
+    native_agent.clear_cache()
+    with pytest.raises(SandboxError, match="musl-gcc: cannot find libc.a.*cc: broken too"):
+        native_agent.native_agent()
 
 
 def test_the_source_ships_in_the_package():
@@ -603,7 +656,9 @@ def test_the_python_agent_when_asked_or_when_the_native_one_cannot_be_built(
     monkeypatch.setenv("HERMES_SANDBOX_AGENT", "python")
     assert native_agent.native_agent() is None and not fresh_cache.exists()  # not even built
     which = shutil.which
-    monkeypatch.setattr(shutil, "which", lambda name: None if name in ("cc", "gcc") else which(name))
+    monkeypatch.setattr(
+        shutil, "which", lambda name: None if name in ("musl-gcc", "cc", "gcc") else which(name)
+    )
     for mode in ("auto", "native"):
         monkeypatch.setenv("HERMES_SANDBOX_AGENT", mode)
         native_agent.clear_cache()
@@ -711,7 +766,7 @@ def test_without_a_compiler_on_path_auto_uses_the_python_agent_and_native_fails(
     told = [line for line in auto.stderr.splitlines() if "sandbox agent" in line]
     assert told == [
         "sandbox agent: using the Python one (about 14 ms more CPU per prompt): "
-        "no C compiler (cc or gcc) is installed"
+        "no C compiler (musl-gcc, cc or gcc) is installed"
     ]
     assert os.listdir(tmp_path / "cache" / "hermes-batch") == []  # nothing half-built left
     native = run("native")
@@ -719,7 +774,7 @@ def test_without_a_compiler_on_path_auto_uses_the_python_agent_and_native_fails(
         native.stdout.splitlines()
         == [
             "SandboxError: HERMES_SANDBOX_AGENT=native but the native sandbox agent cannot be built: "
-            "no C compiler (cc or gcc) is installed"
+            "no C compiler (musl-gcc, cc or gcc) is installed"
         ]
         * 2
     )
