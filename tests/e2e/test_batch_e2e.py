@@ -301,12 +301,16 @@ def test_failure_kinds_tell_the_provider_and_this_machine_from_the_model(cli, mo
 
 def test_invalid_dataset_is_refused_before_any_model_call(cli, mock_server):
     path = cli.cwd / "bad.jsonl"
+    deep = '{"prompt": "deep", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}"  # a RecursionError once
     path.write_text(
-        '{"prompt": "invalid-dataset ok"}\nnot json\n\n{"no_prompt": 1}\n{"prompt": 5}\n', encoding="utf-8"
+        '{"prompt": "invalid-dataset ok"}\nnot json\n\n{"no_prompt": 1}\n{"prompt": 5}\n' + deep + "\n",
+        encoding="utf-8",
     )
     proc = cli(*_args(path, "bad", mock_server))
     assert proc.returncode == 2
     assert "line 2" in proc.stderr and "line 4" in proc.stderr and "line 5" in proc.stderr
+    assert "line 6" in proc.stderr and "nested more than 64 levels deep" in proc.stderr
+    assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
     assert model_requests(mock_server, "invalid-dataset ok") == 0
     assert not (cli.cwd / "data" / "bad").exists()
     skipped = cli(*_args(path, "bad", mock_server, "--skip_invalid"))

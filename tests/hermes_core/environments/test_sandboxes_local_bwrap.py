@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,32 @@ def test_network_is_outbound_by_default_and_neither_mode_reaches_the_host_loopba
     host = HermesSettings(local_isolation="bwrap", sandbox_network="host")  # the explicit, unsafe opt-in
     with LocalEnvironment(settings=host) as shared:
         assert shared.execute(connect_cmd(listener)).output == "reachable\n"
+
+
+LIST_FLOW_RUNS = """
+import sys, urllib.request
+request = urllib.request.Request(
+    sys.argv[1] + "/flow_runs/filter", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+)
+try:
+    print("listed", urllib.request.urlopen(request, timeout=5).status)
+except OSError as exc:
+    print("blocked:", getattr(exc, "reason", exc))
+"""
+
+
+def test_the_runs_prefect_api_is_neither_visible_nor_reachable_from_a_sandbox(prefect_server):
+    """The attack of issue 23: the port found in ``/proc/net/tcp``, then every flow run listed."""
+    port = f":{urllib.parse.urlsplit(prefect_server).port:04X} "  # as /proc/net/tcp writes it
+    assert port in Path("/proc/net/tcp").read_text()  # the host sees the server's listener
+    probe = f"python3 -c {shlex.quote(LIST_FLOW_RUNS)} {prefect_server}"
+    with LocalEnvironment(settings=ISOLATED) as online, LocalEnvironment(settings=OFFLINE) as offline:
+        for env in (online, offline):
+            assert port not in env.execute("cat /proc/net/tcp").output
+            assert env.execute(probe).output == "blocked: [Errno 111] Connection refused\n"
+    host = HermesSettings(local_isolation="bwrap", sandbox_network="host")  # the explicit, unsafe opt-in
+    with LocalEnvironment(settings=host) as shared:  # the probe itself works where the API is reachable
+        assert shared.execute(probe).output == "listed 200\n"
 
 
 def test_the_sandbox_hides_the_host_processes_home_run_folder_and_docker_socket(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from hermes_core.environments.local import LocalEnvironment
 from hermes_core.exceptions import PromptTimeout
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, TOOLSETS, ToolContext
+from hermes_core.tools.terminal import exit_code_meaning
 
 
 @pytest.fixture(params=["none", "bwrap"])
@@ -221,3 +222,12 @@ def test_cleanup_kills_leftovers(ctx):
     ctx.close()
     assert dies(ctx, started["pid"]) and dies(ctx, grandchild)
     assert ctx.env.execute(f"test -e {state_dir}").returncode == 1
+
+
+def test_the_exit_code_meaning_of_a_huge_command_reads_only_its_tail():
+    """One 50 MB word: ``shlex.split`` on it is quadratic (0.14 / 0.59 / 3.1 s at 100 / 200 / 400 KB here)."""
+    word = "a" * 50_000_000
+    assert exit_code_meaning(f"{word}; grep x y", 1) == "No matches found (not an error)"
+    assert exit_code_meaning(f"{word}; diff a b", 1) == "Files differ (not an error)"
+    assert exit_code_meaning(f"grep {word}", 1) is None  # the cut segment's command name is unknown
+    assert exit_code_meaning(f"grep {word[:100]}", 1) == "No matches found (not an error)"  # whole: known
