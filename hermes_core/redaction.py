@@ -87,6 +87,7 @@ def encoded_forms(value: str) -> set[str]:
     * base64, standard and URL-safe alphabets: for each offset 0, 1, 2 of the secret inside a
       longer text, the characters that encode only the secret's own bytes (the groups that mix
       in a neighbour's bits are left out), so the secret is found wherever it sits in the input;
+      and the secret's own encoding whole, with and without its ``=`` padding;
     * hexadecimal, lower and upper case;
     * the secret reversed;
     * URL-encoded (``quote`` and ``quote_plus``), when that differs from the value.
@@ -102,6 +103,9 @@ def encoded_forms(value: str) -> set[str]:
         last = (len(padded) // 3) * 4  # a last partial group mixes in the next byte's bits
         for encode in (base64.b64encode, base64.urlsafe_b64encode):
             forms.add(encode(padded).decode("ascii")[first:last])
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):  # the secret alone: its last group too
+        whole = encode(raw).decode("ascii")
+        forms |= {whole, whole.rstrip("=")}
     return {form for form in forms if len(form) >= MIN_ENCODED_CHARS and form != value}
 
 
