@@ -16,10 +16,11 @@ that succeeds:
 
 The binary goes into ``$XDG_CACHE_HOME/hermes-batch`` (default ``~/.cache/hermes-batch``), a
 folder of this user with mode 0700, as ``sandbox-agent-<hash>``: the hash covers the source,
-the compiler, its options and the machine type, so a changed source is built anew. The build writes a temporary file and
-renames it into place, so processes building at once are safe. Each process builds or finds
-it once, and runs it once (it must answer a bad argument with exit status 2) before using it:
-a cached binary that cannot run here (a cache folder shared with another system) is not used.
+the compiler, its options and the machine type, so a changed source is built anew. The build
+writes a temporary file and renames it into place, so processes building at once are safe.
+Each process builds or finds it once, and runs it once (it must answer a bad argument with exit
+status 2) before using it: a cached binary that cannot run here (a cache folder shared with
+another system) is not used, and the next build of the list is tried.
 
 The setting ``sandbox_agent`` (``HERMES_SANDBOX_AGENT``,
 :class:`~hermes_core.settings.SandboxSettings`) chooses the agent:
@@ -209,7 +210,11 @@ def compilers() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _compile(source: bytes, folder: str, target: str, compiler: str, flags: tuple[str, ...]) -> str | None:
-    """Compile ``source`` with ``compiler`` and ``flags`` into ``target`` (through a temporary file in ``folder``); why not, or None."""
+    """Compile ``source`` with ``compiler`` and ``flags`` into ``target``, through a temporary file in ``folder``.
+
+    Returns:
+        None when built, else why not (one line).
+    """
     fd, temporary = tempfile.mkstemp(prefix=".sandbox-agent-", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
