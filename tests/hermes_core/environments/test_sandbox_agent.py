@@ -567,6 +567,7 @@ def elf_interpreter(path: str) -> str | None:
     return None
 
 
+@needs_bwrap
 @pytest.mark.skipif(
     shutil.which("musl-gcc") is None and not IN_CI, reason="musl-gcc (musl-tools) is not installed"
 )
