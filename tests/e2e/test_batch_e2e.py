@@ -6,9 +6,11 @@ reaches it with --base_url, so the tests count the requests each prompt made.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from prefect.client.schemas.objects import StateType
 
 from hermes_core.tools import ALL_POSSIBLE_TOOLS
-from tests.conftest import jsonl_rows, model_requests, run_args
+from tests.conftest import host_pids_with, jsonl_rows, model_requests, run_args
 
 pytestmark = pytest.mark.slow
 
@@ -261,20 +263,57 @@ def test_faults_land_in_the_right_place(cli, mock_server):
     )
 
 
+def _ancestor_named(pid: int, name: str) -> int | None:
+    """The nearest process named ``name`` (``/proc/<pid>/comm``) among ``pid`` and its ancestors, or None."""
+    while pid > 1:
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                return pid
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        pid = int(status.split("PPid:", 1)[1].split()[0])
+    return None
+
+
+@contextlib.contextmanager
+def agent_killer(marker: str):
+    """While open, a host thread SIGKILLs the sandbox agent of every command whose line holds ``marker``.
+
+    The machine's failure (an OOM kill, a crashed agent), which no command can cause: the agent is
+    its sandbox's pid-namespace init, and the kernel drops a SIGKILL to it from inside.
+    """
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.02):
+            for pid in host_pids_with(marker):
+                agent = _ancestor_named(pid, "sandbox-agent")
+                if agent is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(agent, signal.SIGKILL)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
+
+
 def test_failure_kinds_tell_the_provider_and_this_machine_from_the_model(cli, mock_server):
     """failures.jsonl says who failed: the provider, this machine (the sandbox died), or the model's sample."""
-    kill_the_sandbox = (
-        "grep -q bwrap /proc/1/cmdline && kill -9 $(cat /proc/1/task/1/children)"  # never the host's
-    )
     prompts = [
         "[mock:error_5xx=50] kinds: server errors after retries",
-        f"[mock:command={kill_the_sandbox}] kinds: the sandbox dies",
+        "[mock:command=sleep 31.4159] kinds: the sandbox dies",  # its agent killed from the host
         "[mock:latency_ms=3000] kinds: too slow",
         "kinds: plain prompt",
     ]
     dataset = _write_dataset(cli.cwd / "kinds.jsonl", prompts)
     args = _args(dataset, "kinds", mock_server, "--retries=1", "--prompt_timeout=2")
-    proc = cli(*args, env={"HERMES_LOCAL_ISOLATION": "bwrap"})
+    with agent_killer("31.4159"):  # sleep's arguments, NUL-separated
+        proc = cli(*args, env={"HERMES_LOCAL_ISOLATION": "bwrap", "HERMES_SANDBOX_AGENT": "native"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     run = cli.cwd / "data" / "kinds"
     failures = sorted(jsonl_rows(run / "failures.jsonl"), key=lambda f: f["prompt_index"])
