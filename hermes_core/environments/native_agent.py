@@ -73,9 +73,9 @@ MUSL_CFLAGS = (
 )
 """Options of the ``musl-gcc`` build (warnings on; stack canaries, static, read-only relocations)."""
 
-BUILDS = (("musl-gcc", MUSL_CFLAGS), ("cc", CFLAGS), ("gcc", CFLAGS))
+BUILDS = (("musl-gcc", MUSL_CFLAGS), ("cc", CFLAGS))
 """(compiler, options) in the order they are tried: the first compiler installed whose build
-succeeds makes the agent (``cc`` and ``gcc`` are one choice: ``gcc`` only when ``cc`` is missing)."""
+succeeds makes the agent (``gcc`` stands in for a missing ``cc``)."""
 
 USAGE_EXIT = 2
 """The agent's exit status for a missing or bad socket argument (how a build is checked to run)."""
@@ -200,13 +200,9 @@ def build_agent(source: bytes, folder: str) -> tuple[str | None, str]:
 
 
 def compilers() -> list[tuple[str, tuple[str, ...]]]:
-    """The installed compilers of :data:`BUILDS`, in order: [(path, options)]; ``gcc`` only without ``cc``."""
-    found = []
-    for name, flags in BUILDS:
-        path = shutil.which(name)
-        if path and not (name == "gcc" and any(os.path.basename(p) == "cc" for p, _ in found)):
-            found.append((path, flags))
-    return found
+    """The installed compilers of :data:`BUILDS`, in order: [(path, options)]; ``gcc`` when ``cc`` is missing."""
+    paths = [(shutil.which(name) or (name == "cc" and shutil.which("gcc")), flags) for name, flags in BUILDS]
+    return [(path, flags) for path, flags in paths if path]
 
 
 def _compile(source: bytes, folder: str, target: str, compiler: str, flags: tuple[str, ...]) -> str | None:

@@ -535,7 +535,7 @@ def test_the_native_agent_s_folder_does_not_show_the_host_home(agent):
 # -- the native agent's build ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, flags", native_agent.BUILDS[:2], ids=["musl-gcc", "cc"])
+@pytest.mark.parametrize("name, flags", native_agent.BUILDS, ids=["musl-gcc", "cc"])
 def test_the_agent_compiles_without_warnings(tmp_path, name, flags):
     compiler = shutil.which(name)
     if compiler is None and not IN_CI:  # CI installs both (musl-tools, gcc)
