@@ -25,12 +25,18 @@ folder (also ``HOME``) and a private ``/tmp`` writable; fresh ``/proc`` and ``/d
 ``/root``, ``/home``, ``/run``, ``/var`` (so no Docker socket), no run folder, no other prompt;
 all capabilities dropped; own pid, ipc, uts, cgroup (and, when asked, network) namespaces;
 the environment given (an allow-list, see :mod:`hermes_core.environments.sandbox_env`).
+
+Network on demand: an ``outbound`` sandbox's network (slirp4netns and its routes,
+:mod:`hermes_core.environments.outbound`) is attached only when one of its commands first opens a
+network socket; the native agent holds that ``socket`` call until then (a seccomp filter, see
+``sandbox_agent.c``). A prompt whose commands never use the network never pays for it.
 """
 
 from __future__ import annotations
 
 import array
 import atexit
+import concurrent.futures
 import functools
 import json
 import logging
@@ -234,6 +240,12 @@ process of the namespace, a command that left with ``setsid`` included: nothing 
 outlives its agent. As init it also reaps the orphans, and a command cannot kill it: the kernel
 drops every signal from inside the namespace that the agent does not handle, SIGKILL included.
 
+The native agent alone also brings up the outbound network on demand (``net-on-demand`` after
+the socket's number; it then answers ``ready net-on-demand``): it stops its commands' ``socket``
+calls of the network families until the host, asked once with ``net``, has attached the network
+and answered ``net`` (see ``sandbox_agent.c``). This agent answers plain ``ready``, and the host
+then attaches the network before the first command.
+
 ``sandbox_agent.c`` is the same program in C (the native agent); a change here goes there too,
 and ``tests/hermes_core/environments/test_sandbox_agent.py`` runs every behaviour against both."""
 
@@ -381,8 +393,10 @@ class BwrapSandbox:
         home: the prompt's folder (absolute, existing).
         tmp: host folder to show as ``/tmp`` (absolute, existing).
         env: environment of the agent and default of its commands.
-        network: ``outbound`` (own namespace behind slirp4netns, internet only), ``none`` (own
-            namespace, loopback only) or ``host`` (the host's network namespace).
+        network: ``outbound`` (own namespace behind slirp4netns, internet only; with the native
+            agent attached at a command's first network socket, with the Python agent before
+            the first command), ``none`` (own namespace, loopback only) or ``host`` (the host's
+            network namespace).
         extra_ro: more host folders to bind read-only at the same path.
         allowed_networks: with ``outbound``, networks to let through although they are private.
 
@@ -420,6 +434,8 @@ class BwrapSandbox:
         self._init_pid = 0
         self._lock = threading.Lock()
         self._network_lock = threading.Lock()  # one attach of the outbound network (the first command's)
+        self._network_on_demand = False  # the agent asks for the network when a command needs it
+        self._failure: str | None = None  # why the sandbox was closed, when it was not asked to
         self._procs: dict[int, SandboxProcess] = {}
         self._opens: dict[int, _PendingOpen] = {}
         self._next = 0
@@ -442,6 +458,9 @@ class BwrapSandbox:
         # undrained (a writer blocks after 64 KiB) and open until close(), as info_r.
         errors_r, errors_w = os.pipe()
         argv = [*self._argv, "--info-fd", str(info_w), "--", *self._agent]
+        on_demand = (
+            ["net-on-demand"] if self._network == "outbound" and self._agent == [NATIVE_AGENT_PATH] else []
+        )
         try:
             with self._lock:  # a concurrent close() waits for this, then kills what started
                 if self._closed:
@@ -451,7 +470,7 @@ class BwrapSandbox:
                     raise SandboxError("the sandbox was closed before it started")
                 self._sock, self._info_r, self._errors_r = host, info_r, errors_r
                 self._proc = subprocess.Popen(
-                    [*argv, str(agent.fileno())],
+                    [*argv, str(agent.fileno()), *on_demand],
                     env=self._env,
                     cwd="/",
                     stdin=subprocess.DEVNULL,
@@ -467,7 +486,9 @@ class BwrapSandbox:
             agent.close()  # from now on only bubblewrap holds these: its exit is our EOF
             os.close(info_w)
             os.close(errors_w)
-        ready = readable(host, _START_TIMEOUT) and _recv(host) == b"ready"
+        answer = _recv(host) if readable(host, _START_TIMEOUT) else b""
+        ready = answer in (b"ready", b"ready net-on-demand")
+        self._network_on_demand = answer == b"ready net-on-demand"
         if ready:
             self._init_pid = _read_child_pid(info_r)
         if not ready:
@@ -495,12 +516,14 @@ class BwrapSandbox:
             raise SandboxError("the sandbox was closed while it started")
 
     def _attach_outbound(self) -> None:
-        """Attach the outbound network before the sandbox's first command; no command runs if that fails.
+        """Attach the outbound network when the sandbox first needs it; nothing uses a network that failed.
 
-        Lazily, because only commands use the network: a prompt whose tools only read and write
-        files (those go through :meth:`open`) never pays for slirp4netns (~6 ms of CPU and ~40 ms
-        of wall time per sandbox, ``bench/sandbox_overhead.py``). Every command, a background one
-        included, starts after the network is up, so all of them see the same network.
+        Lazily, because only commands use the network, and few of them: a sandbox whose
+        commands never open a network socket never pays for slirp4netns (~4-6 ms of machine CPU
+        and ~40 ms of wall time per sandbox, bench/results.md). With the native agent, the
+        first ``socket`` call of a network family asks for it (:meth:`_network_wanted`) and
+        waits; with the Python agent it is attached before the first command. Either way no
+        socket of a command exists before the network is up, so all of them see the same one.
 
         Raises:
             SandboxError: the network could not be set up (the sandbox is closed then), or the
@@ -510,8 +533,9 @@ class BwrapSandbox:
             if self._outbound is not None:
                 return
             if not self._init_pid:
-                self.close()
-                raise SandboxError("cannot set up the sandbox's network: bubblewrap did not report its init")
+                reason = "cannot set up the sandbox's network: bubblewrap did not report its init"
+                self._fail(reason)
+                raise SandboxError(reason)
             network = OutboundNetwork(self._init_pid, self._allowed)
             with self._lock:
                 closed = self._closed
@@ -521,8 +545,8 @@ class BwrapSandbox:
                 raise SandboxError("the bubblewrap sandbox has ended")
             try:
                 network.start()
-            except SandboxError:
-                self.close()
+            except SandboxError as exc:
+                self._fail(str(exc))
                 raise
 
     def spawn(self, argv: list[str], cwd: str, env: dict[str, str]) -> SandboxProcess:
@@ -534,7 +558,7 @@ class BwrapSandbox:
         """
         ident = self._new_ident()
         command = command_spec(ident, argv, cwd, env)
-        if self._network == "outbound":
+        if self._network == "outbound" and not self._network_on_demand:
             self._attach_outbound()
         out_r, out_w = os.pipe()
         with self._lock:
@@ -654,6 +678,9 @@ class BwrapSandbox:
 
     def _deliver(self, data: bytes, fds: list[int]) -> None:
         """Hand one reply to its request; a descriptor the request takes is removed from ``fds``."""
+        if data == b"net":
+            self._network_wanted()
+            return
         ident_text, _, answer = data.partition(b" ")
         try:
             ident = int(ident_text)
@@ -678,6 +705,49 @@ class BwrapSandbox:
             code = -signal.SIGKILL
         if proc is not None:
             proc._finish(code)
+
+    def _network_wanted(self) -> None:
+        """The agent asks for the network (a command's first network socket): attach it, off the reply thread."""
+        if self._network != "outbound" or not self._network_on_demand:
+            return  # only a broken agent asks unasked: its sockets keep waiting until close()
+        try:
+            _network_starts().submit(self._bring_network_up)
+        except RuntimeError as exc:  # no thread can start: the waiting command must not wait for good
+            # Not close(): this runs on the reply thread, under the lock close() takes. At EOF the
+            # agent kills its commands and exits; the reply thread then ends their requests.
+            self._failure = self._failure or f"cannot set up the sandbox's network: {exc}"
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _bring_network_up(self) -> None:
+        """Attach the outbound network and tell the agent; on failure the sandbox is closed with the reason."""
+        try:
+            self._attach_outbound()
+        except SandboxError:  # the sandbox is closed, with the reason (:meth:`_fail`)
+            return
+        except Exception as exc:  # a bug must not leave the command waiting for good
+            logger.exception("setting up a sandbox's network failed")
+            self._fail(f"cannot set up the sandbox's network: {exc}")
+            return
+        self._send(b"net")
+
+    def _fail(self, reason: str) -> None:
+        """Close the sandbox because of ``reason`` (kept for :attr:`failure`)."""
+        if self._failure is None:
+            self._failure = reason
+        self.close()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the sandbox ended on its own (e.g. its network could not be set up), or None."""
+        return self._failure
+
+    @property
+    def network_on_demand(self) -> bool:
+        """True when the agent brings the outbound network up at a command's first network socket."""
+        return self._network_on_demand
 
     @property
     def agent_pid(self) -> int:
@@ -812,6 +882,20 @@ class _ReplyLoop:
 
 
 _REPLIES = _ReplyLoop()
+
+
+@functools.lru_cache(maxsize=1)
+def _network_starts() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that attach sandboxes' networks on demand (a start waits ~40 ms on slirp4netns, mostly idle).
+
+    Not the reply thread, which must keep reading every agent meanwhile. 32 at most: at
+    W = 1,024 a wave of first commands is served in ~1 s, without 1,000 threads for every
+    ``pivot_root`` on the machine to walk (bench/results.md).
+    """
+    return concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="hermes-network")
+
+
+os.register_at_fork(after_in_child=_network_starts.cache_clear)
 
 
 def _still_answering(sandbox: BwrapSandbox) -> bool:

@@ -283,7 +283,9 @@ class LocalEnvironment(SandboxLifecycle):
                 pass
             proc.done()
         if sandbox is not None and not sandbox.alive and not self._closed:
-            raise SandboxError("the bubblewrap sandbox of this prompt has ended (was its agent killed?)")
+            raise SandboxError(
+                sandbox.failure or "the bubblewrap sandbox of this prompt has ended (was its agent killed?)"
+            )
         text, truncated = output.result()
         if timed_out:
             return ExecResult(returncode=124, output=text, truncated=truncated, timed_out=True)

@@ -18,9 +18,10 @@ instead. The routes are written over netlink from this process (one thread joins
 in turn, just to open the socket, and comes back: ~0.4 ms), or with ``nsenter ... ip`` when this
 process is not root.
 
-Start cost: one slirp4netns process per sandbox (per prompt, not per command), ~5-10 ms of CPU
-(bench/sandbox_overhead.py). It exits when its exit pipe closes: at :meth:`OutboundNetwork.close`,
-or when this process dies.
+Start cost: one slirp4netns process per sandbox (per prompt, not per command), ~4-6 ms of
+machine CPU (bench/results.md), paid only by a sandbox one of whose commands opens a network
+socket (network on demand, :class:`~hermes_core.environments.bwrap.BwrapSandbox`). It exits when
+its exit pipe closes: at :meth:`OutboundNetwork.close`, or when this process dies.
 """
 
 from __future__ import annotations
@@ -195,7 +196,13 @@ class OutboundNetwork:
             raise SandboxError(f"cannot write the sandbox's routes: {exc}") from exc
 
     def _errors(self) -> str:
+        """Why slirp4netns did not get ready: the end of its error output, or that it did not answer."""
         proc = self._proc
+        if proc is not None:
+            try:  # its ready pipe closed as it exited: the exit status can come a moment later
+                wait_process(proc, 1)
+            except subprocess.TimeoutExpired:
+                pass
         if proc is None or proc.poll() is None:
             return "no answer within the time allowed"
         return (proc.stderr.read() or b"").decode("utf-8", "replace").strip()[

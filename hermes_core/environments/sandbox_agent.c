@@ -9,6 +9,17 @@
  *   host -> agent  "open <id>" + 1 fd      a file holding "id NUL flags NUL mode NUL parents NUL path"
  *   agent -> host  "<id> <status>"         a command ended (negative: killed by that signal)
  *   agent -> host  "<id> F" + 1 fd         the opened file, or "<id> E<errno>"
+ *   agent -> host  "net"                   a command asked for an internet socket (once; see below)
+ *   host -> agent  "net"                   the outbound network is up: the waiting sockets go on
+ * Network on demand (argv[2] "net-on-demand", given with the outbound network): before "ready" the
+ * agent installs a seccomp filter, inherited by every command, that stops socket(2) of the
+ * families that reach a network (AF_INET, AF_INET6, AF_NETLINK, AF_PACKET) and hands it to the
+ * agent (SECCOMP_RET_USER_NOTIF). The first such call asks the host for the network; every call
+ * waits until it is up, then goes on unchanged (SECCOMP_USER_NOTIF_FLAG_CONTINUE: a delay, not a
+ * security decision; a program that makes its sockets another way only finds no network). A
+ * sandbox whose commands never open such a socket never starts slirp4netns. The reply is
+ * "ready net-on-demand" when the filter is in place, "ready" when it cannot be (then the host
+ * brings the network up before the first command, as for the Python agent).
  * At EOF of the socket (the host closed it, or died) every running command's process group is
  * killed and the agent exits 0; it is the pid namespace's init, so the kernel kills the rest.
  * A request that does not parse ends the agent the same way, with exit status 1 (the Python
@@ -28,9 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,11 +57,52 @@ struct command {
     long long ident;
 };
 
+/* The kernel's seccomp ABI (linux/filter.h, linux/seccomp.h), spelled out: musl-gcc has no kernel
+ * headers. seccomp_data is {int nr; u32 arch; u64 ip; u64 args[6]}: args[0]'s low half at 16. */
+#if defined(__x86_64__)
+#define NATIVE_AUDIT_ARCH 0xC000003Eu /* AUDIT_ARCH_X86_64 */
+#elif defined(__aarch64__)
+#define NATIVE_AUDIT_ARCH 0xC00000B7u /* AUDIT_ARCH_AARCH64 */
+#endif
+struct bpf_insn {
+    uint16_t code;
+    uint8_t jt, jf;
+    uint32_t k;
+};
+struct bpf_prog {
+    unsigned short len;
+    struct bpf_insn *filter;
+};
+struct notif { /* struct seccomp_notif */
+    uint64_t id;
+    uint32_t pid, flags;
+    int32_t nr;
+    uint32_t arch;
+    uint64_t ip, args[6];
+};
+struct notif_resp { /* struct seccomp_notif_resp */
+    uint64_t id;
+    int64_t val;
+    int32_t error;
+    uint32_t flags;
+};
+#define LD_ABS 0x20u     /* BPF_LD | BPF_W | BPF_ABS */
+#define JEQ 0x15u        /* BPF_JMP | BPF_JEQ | BPF_K */
+#define RET 0x06u        /* BPF_RET | BPF_K */
+#define ALLOW 0x7fff0000u /* SECCOMP_RET_ALLOW */
+#define NOTIFY 0x7fc00000u /* SECCOMP_RET_USER_NOTIF */
+#define NOTIF_RECV _IOWR('!', 0, struct notif)
+#define NOTIF_SEND _IOWR('!', 1, struct notif_resp)
+
 static int sock;
 static int broken;           /* a request did not parse: end as the Python agent's exception does */
 static sigset_t parent_mask; /* the signal mask to give back to commands */
 static struct command *running;
 static size_t nrunning, capacity;
+static int notify_fd = -1;   /* the seccomp listener of network on demand, or -1 */
+static int network;          /* 0: not asked for, 1: asked for, 2: up */
+static uint64_t *waiting;    /* notifications (socket calls) waiting for the network */
+static size_t nwaiting, waiting_capacity;
 
 /* Write all of buf to fd (retrying on EINTR and partial writes); errors are ignored. */
 static void write_all(int fd, const char *buf, size_t len) {
@@ -403,6 +458,81 @@ done:
     free(spec);
 }
 
+/* Install the network-on-demand filter on the agent (so on every command it starts); the
+ * listener's descriptor (close-on-exec), or -1 when this kernel or machine cannot. */
+static int watch_sockets(void) {
+#ifdef NATIVE_AUDIT_ARCH
+    struct bpf_insn code[] = {
+        {LD_ABS, 0, 0, 4},                  /* arch */
+        {JEQ, 0, 8, NATIVE_AUDIT_ARCH},     /* another ABI (x32 numbers differ too): allow */
+        {LD_ABS, 0, 0, 0},                  /* syscall number */
+        {JEQ, 0, 6, SYS_socket},
+        {LD_ABS, 0, 0, 16},                 /* args[0], the address family */
+        {JEQ, 3, 0, AF_INET},
+        {JEQ, 2, 0, AF_INET6},
+        {JEQ, 1, 0, AF_NETLINK},
+        {JEQ, 0, 1, AF_PACKET},
+        {RET, 0, 0, NOTIFY},
+        {RET, 0, 0, ALLOW},
+    };
+    struct bpf_prog prog = {(unsigned short)(sizeof(code) / sizeof(code[0])), code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -1;
+    int fd = (int)syscall(SYS_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */,
+                          8 /* SECCOMP_FILTER_FLAG_NEW_LISTENER */, &prog);
+    if (fd >= 0 && fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        close(fd); /* the filter stays: every socket call would wait for good, so end the agent */
+        _exit(2);
+    }
+    return fd;
+#else
+    return -1;
+#endif
+}
+
+/* Let a waiting socket call go on as if it had not been stopped (SECCOMP_USER_NOTIF_FLAG_CONTINUE).
+ * An error (ENOENT: its process died meanwhile) needs nothing done. */
+static void go_on(uint64_t id) {
+    struct notif_resp resp = {.id = id, .val = 0, .error = 0, .flags = 1};
+    while (ioctl(notify_fd, NOTIF_SEND, &resp) < 0 && errno == EINTR)
+        ;
+}
+
+/* A command called socket() for a network family: let it go on once the network is up; the first
+ * such call asks the host for it. */
+static void socket_called(void) {
+    struct notif req;
+    memset(&req, 0, sizeof(req)); /* the kernel refuses a buffer that is not zeroed */
+    if (ioctl(notify_fd, NOTIF_RECV, &req) < 0)
+        return; /* ENOENT: the caller died between the poll and here */
+    if (network == 2) {
+        go_on(req.id);
+        return;
+    }
+    if (nwaiting == waiting_capacity) {
+        size_t bigger = waiting_capacity ? waiting_capacity * 2 : 16;
+        uint64_t *grown = bigger <= SIZE_MAX / sizeof(*grown) ? realloc(waiting, bigger * sizeof(*grown)) : NULL;
+        if (!grown) {
+            go_on(req.id); /* no memory to hold it: it goes on now, and finds no network yet */
+            return;
+        }
+        waiting = grown, waiting_capacity = bigger;
+    }
+    waiting[nwaiting++] = req.id;
+    if (network == 0) {
+        network = 1;
+        reply("net", 3, -1);
+    }
+}
+
+/* "net": the host brought the network up; every waiting socket call goes on. */
+static void network_up(void) {
+    network = 2;
+    for (size_t i = 0; i < nwaiting; i++)
+        go_on(waiting[i]);
+    nwaiting = 0;
+}
+
 /* Receive and carry out one request; 0 at EOF, a broken socket or a request that does not parse. */
 static int handle_request(void) {
     char buf[4097];
@@ -457,6 +587,9 @@ static int handle_request(void) {
                 kill_command(rest);
             else
                 broken = 1;
+        } else if (op == (size_t)len && len == 3 && memcmp(buf, "net", 3) == 0) {
+            if (notify_fd >= 0)
+                network_up();
         } /* anything else: ignored, as by the Python agent */
     }
     while (nfds > used)
@@ -470,7 +603,7 @@ int main(int argc, char **argv) {
     long long fd;
     int type = 0;
     socklen_t size = sizeof(type);
-    if (argc != 2 || !parse_ll(argv[1], 0, INT_MAX, &fd))
+    if (argc < 2 || argc > 3 || !parse_ll(argv[1], 0, INT_MAX, &fd))
         return 2;
     sock = (int)fd;
     if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &size) < 0 || type != SOCK_SEQPACKET ||
@@ -484,10 +617,17 @@ int main(int argc, char **argv) {
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0)
         return 2;
-    reply("ready", 5, -1);
-    struct pollfd polls[2] = {{.fd = sock, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
+    if (argc == 3 && strcmp(argv[2], "net-on-demand") == 0)
+        notify_fd = watch_sockets();
+    if (notify_fd >= 0)
+        reply("ready net-on-demand", 19, -1);
+    else
+        reply("ready", 5, -1);
+    struct pollfd polls[3] = {{.fd = sock, .events = POLLIN},
+                              {.fd = sigfd, .events = POLLIN},
+                              {.fd = notify_fd, .events = POLLIN}}; /* -1: poll skips it */
     for (;;) {
-        if (poll(polls, 2, -1) < 0) {
+        if (poll(polls, 3, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -498,6 +638,8 @@ int main(int argc, char **argv) {
                 ; /* drained first: an exit after this makes the signalfd readable again */
             reap();
         }
+        if (polls[2].revents)
+            socket_called();
         if (polls[0].revents && !handle_request())
             break;
     }

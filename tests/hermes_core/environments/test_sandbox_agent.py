@@ -29,6 +29,7 @@ import pytest
 from hermes_core.environments import native_agent
 from hermes_core.environments.bwrap import AGENT, NATIVE_AGENT_PATH, BwrapSandbox, command_spec
 from hermes_core.environments.local import LocalEnvironment
+from hermes_core.environments.poll import readable
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
@@ -193,15 +194,17 @@ def test_nothing_of_the_sandbox_outlives_a_killed_host(agent):
     assert wait_gone(sandbox_tmp) == []
 
 
-def start_agent_outside_a_sandbox(agent: str, **popen) -> tuple[subprocess.Popen, socket.socket]:
+def start_agent_outside_a_sandbox(
+    agent: str, *options: str, ready: bytes = b"ready", **popen
+) -> tuple[subprocess.Popen, socket.socket]:
     """The agent as a plain host process (no bubblewrap init to kill what it leaves), and our socket end."""
     host, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = (
         [native_agent.native_agent()] if agent == "native" else [sys.executable, "-I", "-S", "-c", AGENT]
     )
-    proc = subprocess.Popen([*program, str(theirs.fileno())], pass_fds=[theirs.fileno()], **popen)
+    proc = subprocess.Popen([*program, str(theirs.fileno()), *options], pass_fds=[theirs.fileno()], **popen)
     theirs.close()
-    assert host.recv(100) == b"ready"
+    assert host.recv(100) == ready
     return proc, host
 
 
@@ -258,6 +261,39 @@ def test_the_protocol_and_eof_outside_a_sandbox(agent, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+SOCKETS = (
+    "import socket; socket.socket(socket.AF_UNIX).close(); print('unix', flush=True); "
+    "socket.socket(socket.AF_INET6).close(); print('inet6')"
+)
+
+
+def test_network_on_demand_a_network_socket_waits_until_the_host_says_net(agent):
+    """The native agent stops a command's first network socket and asks once; the Python agent cannot (plain ready)."""
+    native = agent == "native"
+    proc, host = start_agent_outside_a_sandbox(
+        agent, "net-on-demand", ready=b"ready net-on-demand" if native else b"ready"
+    )
+    try:
+        out_r, out_w = os.pipe()
+        send_request(host, b"run 7", command_spec(7, [sys.executable, "-c", SOCKETS], "/", {}), out_w)
+        os.close(out_w)
+        if native:
+            assert host.recv(100) == b"net"  # asked at the AF_INET6 socket, not at the AF_UNIX one
+            assert os.read(out_r, 100) == b"unix\n"
+            assert not readable(host, 1.0)  # the command waits in socket(): no exit status comes
+            host.send(b"net")
+        assert host.recv(100) == b"7 0"
+        assert read_output(out_r) == (b"inet6\n" if native else b"unix\ninet6\n")
+        out_r, out_w = os.pipe()  # once up, a socket goes on at once and nothing is asked again
+        send_request(host, b"run 8", command_spec(8, [sys.executable, "-c", SOCKETS], "/", {}), out_w)
+        os.close(out_w)
+        assert host.recv(100) == b"8 0"
+        assert read_output(out_r) == b"unix\ninet6\n"
+    finally:
+        host.close()
+        assert proc.wait(timeout=10) == 0
 
 
 MALFORMED = {

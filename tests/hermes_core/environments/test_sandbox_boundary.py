@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_core.environments import native_agent
 from hermes_core.environments.isolation import network_warning, outbound_problem
 from hermes_core.environments.local import LocalEnvironment
 from hermes_core.environments.outbound import BLOCKED_NETWORKS, host_addresses, sandbox_routes
@@ -25,7 +26,7 @@ from hermes_core.environments.workdir import cwd_problem, prepare_workdir
 from hermes_core.exceptions import SandboxError
 from hermes_core.settings import HermesSettings
 from hermes_core.tools import REGISTRY, ToolContext
-from tests.conftest import host_pids_with
+from tests.conftest import host_pids_with, process_alive
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 if not (shutil.which("bwrap") and shutil.which("slirp4netns")) and not IN_CI:
@@ -218,28 +219,102 @@ def _interfaces(pid: int) -> list[str]:
     return sorted(line.split(":", 1)[0].strip() for line in lines)
 
 
-def test_the_network_is_attached_at_the_first_command_not_for_file_tools():
-    """A prompt that only reads and writes files never starts slirp4netns; its first command gets the network."""
+def _slirp_of(env: LocalEnvironment) -> list[int]:
+    """Host pids of the slirp4netns of ``env``'s sandbox (its last two arguments: the agent's pid, ``tap0``)."""
+    return host_pids_with(f"{env._sandbox.agent_pid}\0tap0")
+
+
+def _socket_then_tap0(family: str, kind: str = "SOCK_STREAM") -> str:
+    """A command that opens a socket (a failure to open it is printed: its errno), then counts ``tap0`` devices."""
+    return (
+        f'python3 -c "import socket\ntry: socket.socket(socket.{family}, socket.{kind}).close()\n'
+        "except OSError as e: print(e.errno)\nprint(open('/proc/net/dev').read().count('tap0:'))\""
+    )
+
+
+def test_the_network_comes_up_at_the_first_network_socket_and_not_before():
+    """File tools and commands that open no network socket never start slirp4netns; the first socket waits for it."""
     with LocalEnvironment(settings=ISOLATED) as env:
         env.write_file("notes.txt", b"no network needed")
         assert env.read_file("notes.txt") == b"no network needed"
-        init = env._sandbox._init_pid
+        result = env.execute("cat notes.txt; echo; grep -c tap0: /proc/net/dev")
+        assert result.output.split() == ["no", "network", "needed", "0"], result.output
+        init = env._sandbox.agent_pid
+        assert env._sandbox.network_on_demand
         assert _interfaces(init) == ["lo"]  # the sandbox runs, in a network namespace of its own
-        slirp_of_this_sandbox = f"{init}\0tap0"  # slirp4netns's last two arguments
-        assert host_pids_with(slirp_of_this_sandbox) == []
-        result = env.execute("grep -c tap0: /proc/net/dev && cat notes.txt")
-        assert result.returncode == 0, result.output
-        assert result.output.split() == ["1", "no", "network", "needed"]  # the command sees tap0
+        assert _slirp_of(env) == []
+        assert env.execute(_socket_then_tap0("AF_UNIX")).output == "0\n"  # a local socket is no network
+        assert _slirp_of(env) == []
+        # socket() returns only once the network is up: the same command then sees tap0
+        assert env.execute(_socket_then_tap0("AF_INET")).output == "1\n"
         assert _interfaces(init) == ["lo", "tap0"]
-        assert len(host_pids_with(slirp_of_this_sandbox)) == 1
+        assert len(_slirp_of(env)) == 1
+        routes = env.execute("ip -4 route show").output
+        assert "default via 10.0.2.2 dev tap0" in routes and "unreachable 169.254.0.0/16" in routes, routes
+        assert env.execute(_socket_then_tap0("AF_INET")).output == "1\n"
+        assert len(_slirp_of(env)) == 1  # one network per sandbox, not per socket
+        slirp = _slirp_of(env)
+    assert not process_alive(slirp[0])  # and it ends with the sandbox
 
 
-def test_slirp4netns_ends_with_the_sandbox():
+@pytest.mark.parametrize(
+    ("family", "kind", "expected"),
+    [
+        ("AF_INET6", "SOCK_STREAM", "1\n"),
+        ("AF_INET", "SOCK_DGRAM", "1\n"),
+        ("AF_NETLINK", "SOCK_RAW", "1\n"),
+        ("AF_PACKET", "SOCK_RAW", "1\n1\n"),  # EPERM (1): no capability, but the network came up
+    ],
+)
+def test_each_network_family_brings_the_network_up(family, kind, expected):
+    """IPv6, UDP (DNS), ``ip`` and getaddrinfo's interface check (netlink), ``ping`` see the network TCP sees."""
     with LocalEnvironment(settings=ISOLATED) as env:
-        env.execute("true")
-        slirp = env._sandbox._outbound._proc
-        assert slirp.poll() is None
-    assert slirp.poll() is not None
+        assert env.execute(_socket_then_tap0(family, kind)).output == expected
+        assert len(_slirp_of(env)) == 1
+
+
+def test_ip_alone_sees_the_network():
+    with LocalEnvironment(settings=ISOLATED) as env:  # its first socket is netlink's
+        assert env.execute("ip -o link show | grep -c tap0").output == "1\n"
+
+
+def test_concurrent_first_sockets_all_wait_for_one_network():
+    with LocalEnvironment(settings=ISOLATED) as env:
+        command = _socket_then_tap0("AF_INET")
+        result = env.execute(f"for i in 1 2 3 4 5 6; do {command} & done; wait")
+        assert result.output.split() == ["1"] * 6, result.output
+        assert len(_slirp_of(env)) == 1
+        assert env.execute("ip -o link show tap0 | grep -c UP").output == "1\n"
+
+
+def test_with_the_python_agent_the_network_is_up_before_the_first_command(monkeypatch):
+    """The Python agent cannot stop socket calls: the host then attaches the network before any command runs."""
+    monkeypatch.setenv("HERMES_SANDBOX_AGENT", "python")
+    native_agent.clear_cache()
+    try:
+        with LocalEnvironment(settings=ISOLATED) as env:
+            env.write_file("notes.txt", b"x")
+            assert _slirp_of(env) == []  # file tools still never start it
+            assert env.execute("grep -c tap0: /proc/net/dev").output == "1\n"
+            assert not env._sandbox.network_on_demand
+    finally:
+        native_agent.clear_cache()
+
+
+def test_a_network_that_fails_on_demand_ends_the_sandbox_with_the_reason(tmp_path, monkeypatch):
+    with LocalEnvironment(settings=ISOLATED) as env:
+        assert env.execute("echo started").output == "started\n"  # the sandbox runs, without a network
+        fake = tmp_path / "bin" / "slirp4netns"
+        fake.parent.mkdir()
+        fake.write_text("#!/bin/sh\necho 'fake slirp4netns: cannot open the tap device' >&2\nexit 1\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+        with pytest.raises(SandboxError) as raised:
+            env.execute(_socket_then_tap0("AF_INET"), timeout=30)
+        assert str(raised.value) == (
+            "slirp4netns did not configure the sandbox's network: fake slirp4netns: cannot open the tap device"
+        )
+        assert not env._sandbox.alive
 
 
 # -- the record's cwd ----------------------------------------------------------------------------
