@@ -86,6 +86,9 @@ def apply_patches(names: list[str]) -> None:
       starts, the RSS (now, not peak) after every ``HERMES_BENCH_RSS_EVERY`` (default 250) prompts, and
       stop the run the way a user does (SIGTERM to this process) after ``HERMES_BENCH_STOP_AFTER``
       prompts (unset: never): the set-up and the prompt phase of a large dataset without running it all.
+    * ``eager_network``: an ``outbound`` bubblewrap sandbox gets its network (slirp4netns and routes)
+      before its first command, as before network on demand, instead of at the first network socket
+      of a command (the native agent is not asked for ``net-on-demand``).
     * ``cli_console``: the flow runs under the command line's console (:class:`flows.console.LiveProgress`:
       Prefect's per-task console lines off, a summary line every 10 s), as ``batch_runner.py`` runs it;
       without it Prefect prints its own console line for every task run, as in a worker's flow run.
@@ -96,6 +99,22 @@ def apply_patches(names: list[str]) -> None:
     """
     import flows.dispatch as dispatch
 
+    if "eager_network" in names:
+        import hermes_core.environments.bwrap as bwrap_mod
+
+        class _NeverTheNativeAgent(list):  # start() asks for net-on-demand only of the native agent
+            __hash__ = None
+
+            def __eq__(self, other):
+                return False
+
+        plain_init = bwrap_mod.BwrapSandbox.__init__
+
+        def eager_init(self, *args, **kwargs):
+            plain_init(self, *args, **kwargs)
+            self._agent = _NeverTheNativeAgent(self._agent)
+
+        bwrap_mod.BwrapSandbox.__init__ = eager_init
     if "switch1ms" in names:
         sys.setswitchinterval(0.001)
     if "gcdefault" in names:  # thresholds "set by the user": the flow leaves Python's collector as it is
