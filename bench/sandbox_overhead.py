@@ -7,7 +7,10 @@ bubblewrap one with each agent (``HERMES_SANDBOX_AGENT=python`` and ``native``),
 
 CPU: ``--rounds`` rounds of ``--cycles`` start + ``execute("true")`` + close, one after
 another, for each of plain, bwrap + Python agent and bwrap + native agent (interleaved), with
-the sandbox network ``none`` and ``outbound``. Machine CPU: the busy time of ``/proc/stat``
+the sandbox network ``none`` and ``outbound``, and ``outbound+socket``: the outbound network
+with a command that opens a network socket (``: > /dev/udp/127.0.0.1/9``, a bash builtin), so
+that the native agent's sandbox brings its network up (network on demand: with ``true``
+alone it never does). Machine CPU: the busy time of ``/proc/stat``
 (every CPU, user + nice + system + irq + softirq + steal: kernel work such as namespace
 teardown in kernel threads included) read before the cycles and after a pause that lets the
 kernel finish cleaning up, less the machine's background busy rate measured just before
@@ -19,7 +22,7 @@ never reaches this process's ``RUSAGE_CHILDREN``. Needs ``bwrap`` (and ``slirp4n
 the sandbox falls back to ``none``).
 
 Usage:
-    python bench/sandbox_overhead.py [--n 200] [--cycles 40] [--rounds 5] [--network none outbound] [--skip-latency]
+    python bench/sandbox_overhead.py [--n 200] [--cycles 40] [--rounds 5] [--network none outbound outbound+socket] [--skip-latency]
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from hermes_core.environments.local import LocalEnvironment
 from hermes_core.settings import HermesSettings
 
 COMMANDS = {"true": "true", "ls | wc": "ls -la /usr/bin | wc -l"}
+NETWORK_COMMANDS = {"none": "true", "outbound": "true", "outbound+socket": ": > /dev/udp/127.0.0.1/9"}
+"""CPU table: network -> the command of each prompt (``+socket``: one that opens a network socket)."""
 CONFIGS = {"plain": ("none", None), "bwrap+python": ("bwrap", "python"), "bwrap+native": ("bwrap", "native")}
 """Label -> (HERMES_LOCAL_ISOLATION, HERMES_SANDBOX_AGENT)."""
 CLEANUP_PAUSE = 2.0
@@ -109,19 +114,19 @@ def wait_quiet(limit: float = QUIET_WAIT) -> None:
 
 
 def cpu_round(label: str, network: str, cycles: int) -> tuple[float, float, float]:
-    """One round of ``cycles`` start + ``true`` + close: (machine CPU ms, wall ms) per prompt, background ms/s.
+    """One round of ``cycles`` start + the network's command + close: (machine CPU ms, wall ms) per prompt, background ms/s.
 
     The machine figure is net of the background busy rate measured just before.
     """
     isolation, agent = CONFIGS[label]
     use_agent(agent)
-    settings = settings_for(isolation, network)
+    settings, command = settings_for(isolation, network.split("+")[0]), NETWORK_COMMANDS[network]
     wait_quiet()
     background = background_rate(1.0)
     began, busy = time.perf_counter(), busy_jiffies()
     for _ in range(cycles):
         with LocalEnvironment(settings=settings) as env:
-            assert env.execute("true").returncode == 0
+            assert env.execute(command).returncode == 0
     wall = time.perf_counter() - began
     time.sleep(CLEANUP_PAUSE)
     ticks = busy_jiffies() - busy - background * (time.perf_counter() - began)
@@ -130,13 +135,16 @@ def cpu_round(label: str, network: str, cycles: int) -> tuple[float, float, floa
 
 def cpu_table(cycles: int, rounds: int, networks: list[str]) -> None:
     """Print the per-prompt CPU table: the configurations interleaved, median (and range) over ``rounds``."""
-    print(f"\nPer prompt: start + true + close, {rounds} rounds of {cycles}, medians (range), ms")
+    print(
+        f"\nPer prompt: start + command (true; outbound+socket: {NETWORK_COMMANDS['outbound+socket']}) + close, "
+        f"{rounds} rounds of {cycles}, medians (range), ms"
+    )
     print(f"{'network':<9} {'configuration':<13} {'machine CPU':>22} {'wall':>8} {'background ms/s':>16}")
     for network in networks:
         for label in CONFIGS:  # warm up: probes, the agent's build, caches
             use_agent(CONFIGS[label][1])
-            with LocalEnvironment(settings=settings_for(CONFIGS[label][0], network)) as env:
-                env.execute("true")
+            with LocalEnvironment(settings=settings_for(CONFIGS[label][0], network.split("+")[0])) as env:
+                env.execute(NETWORK_COMMANDS[network])
         results: dict[str, list[tuple[float, float, float]]] = {label: [] for label in CONFIGS}
         for _ in range(rounds):
             for label in CONFIGS:
@@ -170,8 +178,8 @@ def main() -> None:
     parser.add_argument(
         "--network",
         nargs="+",
-        default=["none", "outbound"],
-        choices=["none", "outbound"],
+        default=list(NETWORK_COMMANDS),
+        choices=list(NETWORK_COMMANDS),
         help="CPU table networks",
     )
     parser.add_argument("--skip-latency", action="store_true", help="only the CPU table")

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import array
 import atexit
-import concurrent.futures
 import functools
 import json
 import logging
@@ -710,8 +709,12 @@ class BwrapSandbox:
         """The agent asks for the network (a command's first network socket): attach it, off the reply thread."""
         if self._network != "outbound" or not self._network_on_demand:
             return  # only a broken agent asks unasked: its sockets keep waiting until close()
+        # A thread per request, as many at once as sandboxes ask (each mostly waits ~40 ms for
+        # slirp4netns), as when each prompt's own thread attached it: a pool of 32 made a wave of
+        # 1,024 first sockets queue (bench/results.md). The thread ends with the start, so none
+        # stays for every pivot_root on the machine to walk.
         try:
-            _network_starts().submit(self._bring_network_up)
+            threading.Thread(target=self._bring_network_up, name="hermes-network", daemon=True).start()
         except RuntimeError as exc:  # no thread can start: the waiting command must not wait for good
             # Not close(): this runs on the reply thread, under the lock close() takes. At EOF the
             # agent kills its commands and exits; the reply thread then ends their requests.
@@ -882,20 +885,6 @@ class _ReplyLoop:
 
 
 _REPLIES = _ReplyLoop()
-
-
-@functools.lru_cache(maxsize=1)
-def _network_starts() -> concurrent.futures.ThreadPoolExecutor:
-    """Threads that attach sandboxes' networks on demand (a start waits ~40 ms on slirp4netns, mostly idle).
-
-    Not the reply thread, which must keep reading every agent meanwhile. 32 at most: at
-    W = 1,024 a wave of first commands is served in ~1 s, without 1,000 threads for every
-    ``pivot_root`` on the machine to walk (bench/results.md).
-    """
-    return concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="hermes-network")
-
-
-os.register_at_fork(after_in_child=_network_starts.cache_clear)
 
 
 def _still_answering(sandbox: BwrapSandbox) -> bool:
