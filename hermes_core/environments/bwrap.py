@@ -351,16 +351,24 @@ class SandboxProcess:
     Attributes:
         fd: host end (read) of the pipe holding the command's merged stdout and stderr.
         returncode: exit status once known (negative: killed by that signal), else None.
+        exit_fd: an eventfd that becomes readable once the exit status is known, until
+            :meth:`done` closes it (None then): a reader of :attr:`fd` waits on both instead of
+            polling (a command that waits long, e.g. for its network, woke it 20 times a second).
     """
 
     def __init__(self, sandbox: BwrapSandbox, ident: int, fd: int):
         self._sandbox, self._ident, self.fd = sandbox, ident, fd
         self.returncode: int | None = None
         self._done = threading.Event()
+        self._exit_lock = threading.Lock()
+        self.exit_fd: int | None = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
     def _finish(self, code: int) -> None:
         self.returncode = code
         self._done.set()
+        with self._exit_lock:
+            if self.exit_fd is not None:
+                os.eventfd_write(self.exit_fd, 1)
 
     def poll(self) -> int | None:
         """The exit status, or None while it runs."""
@@ -381,7 +389,11 @@ class SandboxProcess:
         os.close(self.fd)
 
     def done(self) -> None:
-        """Nothing to forget: :meth:`BwrapSandbox.close` kills the whole sandbox."""
+        """Close :attr:`exit_fd`; nothing else to forget (:meth:`BwrapSandbox.close` kills the whole sandbox)."""
+        with self._exit_lock:
+            fd, self.exit_fd = self.exit_fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class BwrapSandbox:
@@ -704,6 +716,15 @@ class BwrapSandbox:
             code = -signal.SIGKILL
         if proc is not None:
             proc._finish(code)
+
+    def ensure_network(self) -> None:
+        """Bring the outbound network up now, as a command's first network socket would; no-op otherwise.
+
+        Raises:
+            SandboxError: the network could not be set up (the sandbox is closed then).
+        """
+        if self._network == "outbound":
+            self._attach_outbound()
 
     def _network_wanted(self) -> None:
         """The agent asks for the network (a command's first network socket): attach it, off the reply thread."""

@@ -51,9 +51,11 @@ def _probe(bwrap: str, network: str) -> str | None:
     sandbox = BwrapSandbox(bwrap, home, tmp, {"PATH": "/usr/bin:/bin"}, network=network)
     try:
         sandbox.start()
+        sandbox.ensure_network()  # with the native agent a command without a socket would not
         proc = sandbox.spawn(["/bin/sh", "-c", "true"], home, {})
         os.close(proc.fd)
         code = proc.wait(timeout=30)
+        proc.done()
         return None if code == 0 else f"a command in the sandbox exited with {code}"
     except (SandboxError, OSError) as exc:
         return str(exc)

@@ -316,8 +316,13 @@ class LocalEnvironment(SandboxLifecycle):
         os.set_blocking(fd, False)
         timed_out = False
         exited_at: float | None = None
+        # A sandbox's command has an exit descriptor: wait on it, not in 50 ms polls of its status.
+        exit_fd = getattr(proc, "exit_fd", None)
+        poll_every = 0.05 if exit_fd is None else None
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
+            if exit_fd is not None:
+                selector.register(exit_fd, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
                 if exited_at is None:
@@ -329,8 +334,19 @@ class LocalEnvironment(SandboxLifecycle):
                         exited_at = now
                 if exited_at is not None and now - exited_at > _DRAIN_MAX:
                     break  # a leftover background child keeps writing; stop here
-                wait = _QUIET if exited_at is not None else min(0.05, max(deadline - now, 0.0))
-                if not selector.select(wait):
+                if exited_at is not None:
+                    wait = _QUIET
+                else:
+                    wait = max(deadline - now, 0.0)
+                    wait = min(poll_every, wait) if poll_every is not None else wait
+                ready = selector.select(wait)
+                if exit_fd is not None and any(key.fd == exit_fd for key, _ in ready):
+                    selector.unregister(exit_fd)  # the status is known: poll() says so from now on
+                    exit_fd = None
+                    ready = [(key, events) for key, events in ready if key.fd == fd]
+                    if not ready:
+                        continue
+                if not ready:
                     if exited_at is not None:
                         break  # the shell is gone and the pipe is quiet
                     continue

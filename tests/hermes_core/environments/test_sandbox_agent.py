@@ -296,6 +296,26 @@ def test_network_on_demand_a_network_socket_waits_until_the_host_says_net(agent)
         assert proc.wait(timeout=10) == 0
 
 
+def test_a_command_s_exit_descriptor_wakes_its_reader_and_closes_when_done(agent, tmp_path):
+    """``exit_fd`` turns readable when the exit status comes (so the reader need not poll), and ``done`` closes it."""
+    sandbox = BwrapSandbox(
+        shutil.which("bwrap"), str(tmp_path), str(tmp_path), {"PATH": "/usr/bin:/bin"}, "none"
+    )
+    sandbox.start()
+    try:
+        proc = sandbox.spawn(["/bin/sh", "-c", "sleep 0.3; exit 3"], str(tmp_path), {})
+        exit_fd = proc.exit_fd
+        assert not readable(exit_fd, 0.05) and proc.poll() is None
+        assert readable(exit_fd, 10) and proc.poll() == 3
+        os.close(proc.fd)
+        proc.done()
+        assert proc.exit_fd is None
+        with pytest.raises(OSError):
+            os.fstat(exit_fd)
+    finally:
+        sandbox.close()
+
+
 MALFORMED = {
     "argc over the fields": (b"run 1", b"1\0/\05\0/bin/true"),
     "negative argc": (b"run 1", b"1\0/\0-1\0/bin/true"),

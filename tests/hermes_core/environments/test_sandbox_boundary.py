@@ -301,6 +301,25 @@ def test_with_the_python_agent_the_network_is_up_before_the_first_command(monkey
         native_agent.clear_cache()
 
 
+def test_the_outbound_probe_still_starts_slirp4netns_so_a_broken_one_means_no_network(tmp_path, monkeypatch):
+    """The probe runs no network socket, so it brings the network up itself: a broken slirp4netns is found at the start."""
+    from hermes_core.environments import isolation
+
+    fake = tmp_path / "bin" / "slirp4netns"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'fake slirp4netns: not permitted here' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    isolation._probe.cache_clear()
+    try:
+        assert outbound_problem() == (
+            "slirp4netns did not configure the sandbox's network: fake slirp4netns: not permitted here"
+        )
+        assert "NO network" in network_warning("local", ISOLATED)
+    finally:
+        isolation._probe.cache_clear()
+
+
 def test_a_network_that_fails_on_demand_ends_the_sandbox_with_the_reason(tmp_path, monkeypatch):
     with LocalEnvironment(settings=ISOLATED) as env:
         assert env.execute("echo started").output == "started\n"  # the sandbox runs, without a network
