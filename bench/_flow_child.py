@@ -102,17 +102,11 @@ def apply_patches(names: list[str]) -> None:
     if "eager_network" in names:
         import hermes_core.environments.bwrap as bwrap_mod
 
-        class _NeverTheNativeAgent(list):  # start() asks for net-on-demand only of the native agent
-            __hash__ = None
-
-            def __eq__(self, other):
-                return False
-
         plain_init = bwrap_mod.BwrapSandbox.__init__
 
         def eager_init(self, *args, **kwargs):
             plain_init(self, *args, **kwargs)
-            self._agent = _NeverTheNativeAgent(self._agent)
+            self._native = False  # start() asks only the native agent for net-on-demand
 
         bwrap_mod.BwrapSandbox.__init__ = eager_init
     if "switch1ms" in names:

@@ -427,6 +427,7 @@ class BwrapSandbox:
         allowed_networks: tuple[str, ...] = (),
     ):
         native = native_agent()
+        self._native = bool(native)  # only the native agent can bring the network up on demand
         if native:
             self._agent, binds = [NATIVE_AGENT_PATH], []
         else:
@@ -469,9 +470,7 @@ class BwrapSandbox:
         # undrained (a writer blocks after 64 KiB) and open until close(), as info_r.
         errors_r, errors_w = os.pipe()
         argv = [*self._argv, "--info-fd", str(info_w), "--", *self._agent]
-        on_demand = (
-            ["net-on-demand"] if self._network == "outbound" and self._agent == [NATIVE_AGENT_PATH] else []
-        )
+        on_demand = ["net-on-demand"] if self._network == "outbound" and self._native else []
         try:
             with self._lock:  # a concurrent close() waits for this, then kills what started
                 if self._closed:

@@ -54,8 +54,10 @@ def _probe(bwrap: str, network: str) -> str | None:
         sandbox.ensure_network()  # with the native agent a command without a socket would not
         proc = sandbox.spawn(["/bin/sh", "-c", "true"], home, {})
         os.close(proc.fd)
-        code = proc.wait(timeout=30)
-        proc.done()
+        try:
+            code = proc.wait(timeout=30)
+        finally:
+            proc.done()
         return None if code == 0 else f"a command in the sandbox exited with {code}"
     except (SandboxError, OSError) as exc:
         return str(exc)

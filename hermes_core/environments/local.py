@@ -317,7 +317,7 @@ class LocalEnvironment(SandboxLifecycle):
         timed_out = False
         exited_at: float | None = None
         # A sandbox's command has an exit descriptor: wait on it, not in 50 ms polls of its status.
-        exit_fd = getattr(proc, "exit_fd", None)
+        exit_fd = proc.exit_fd
         poll_every = 0.05 if exit_fd is None else None
         with selectors.DefaultSelector() as selector:
             selector.register(fd, selectors.EVENT_READ)
@@ -339,14 +339,12 @@ class LocalEnvironment(SandboxLifecycle):
                 else:
                     wait = max(deadline - now, 0.0)
                     wait = min(poll_every, wait) if poll_every is not None else wait
-                ready = selector.select(wait)
-                if exit_fd is not None and any(key.fd == exit_fd for key, _ in ready):
-                    selector.unregister(exit_fd)  # the status is known: poll() says so from now on
+                ready = {key.fd for key, _ in selector.select(wait)}
+                if exit_fd in ready:  # the status is known: poll() says so from now on
+                    selector.unregister(exit_fd)
                     exit_fd = None
-                    ready = [(key, events) for key, events in ready if key.fd == fd]
-                    if not ready:
-                        continue
-                if not ready:
+                    continue  # level-triggered: output that is ready too comes at the next select
+                if fd not in ready:
                     if exited_at is not None:
                         break  # the shell is gone and the pipe is quiet
                     continue
@@ -432,6 +430,9 @@ def _check_regular(fd: int, path: str) -> None:
 
 class _HostProcess:
     """A plain-mode command: a ``Popen`` leading its own process group, tracked for :meth:`LocalEnvironment.close`."""
+
+    exit_fd = None
+    """No exit descriptor: the reader polls :meth:`poll` (the sandbox's commands have one)."""
 
     def __init__(self, popen: subprocess.Popen, groups: set[int], lock: threading.Lock):
         self._popen, self._groups, self._lock = popen, groups, lock
